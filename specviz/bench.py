@@ -1,0 +1,172 @@
+"""Benchmarks: every method against AR on the same model, prompts and seeds, in one run.
+
+Methods are interleaved per (prompt, seed) so that machine noise hits all of them alike, and each
+is warmed up once before timing. The AR loop itself is checked against the model family's own
+`generate()`: if it were slower, every speedup over it would be inflated.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from specviz.decoding import get_method, run
+from specviz.models.protocol import ImageModel
+from specviz.models.sampling import SamplingSettings
+
+
+class PromptFileError(ValueError):
+    pass
+
+
+def read_prompts(path: str | None) -> list[str]:
+    """Prompts from a file, one per line (blank lines and #-comments skipped); default: the shipped set."""
+    if path is None:
+        text = resources.files("specviz.data").joinpath("prompts.txt").read_text()
+    else:
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise PromptFileError(f"cannot read prompt file {path}: {error}") from None
+    prompts = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not prompts:
+        raise PromptFileError(f"no prompts in {path}")
+    return prompts
+
+
+@dataclass
+class MethodResult:
+    method: str
+    lossless: bool
+    runs: int
+    mean_nfe: float
+    mean_tokens: float
+    mean_seconds: float
+    step_compression: float  # tokens per model pass
+    latency_speedup: float  # AR seconds / method seconds, same prompts and seeds
+
+
+@dataclass
+class ReferenceResult:
+    """Our AR loop against the family's own generate(), both without guidance."""
+
+    ours_tokens_per_second: float
+    generate_tokens_per_second: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_tokens_per_second / self.generate_tokens_per_second
+
+
+@dataclass
+class BenchReport:
+    model: str
+    device: str
+    threads: int
+    sampling: dict
+    prompts: list[str]
+    seeds: list[int]
+    results: list[MethodResult] = field(default_factory=list)
+    reference: ReferenceResult | None = None
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        if self.reference is not None:
+            data["reference"]["ratio"] = self.reference.ratio
+        return data
+
+    def markdown(self) -> str:
+        lines = [
+            f"model {self.model} on {self.device} ({self.threads} threads), {len(self.prompts)} prompts x "
+            f"{len(self.seeds)} seeds, sampling {self.sampling}",
+            "",
+            "| method | lossless | NFE | tokens | step compression | seconds | latency speedup |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in self.results:
+            lines.append(
+                f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.mean_nfe:.1f} | {r.mean_tokens:.0f} | "
+                f"{r.step_compression:.2f}x | {r.mean_seconds:.3f} | {r.latency_speedup:.2f}x |"
+            )
+        if self.reference is not None:
+            ref = self.reference
+            lines += [
+                "",
+                "AR loop against transformers generate() (guidance off on both, same sampling):",
+                "",
+                "| loop | tokens/s |",
+                "|---|---:|",
+                f"| specviz ar | {ref.ours_tokens_per_second:.1f} |",
+                f"| generate() | {ref.generate_tokens_per_second:.1f} |",
+                f"| ratio | {ref.ratio:.2f} |",
+            ]
+        return "\n".join(lines)
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def bench(
+    model: ImageModel,
+    methods: list[str],
+    prompts: list[str],
+    seeds: Iterable[int],
+    sampling: SamplingSettings,
+    compare_generate: bool = True,
+) -> BenchReport:
+    seeds = list(seeds)
+    methods = ["ar"] + [m for m in methods if m != "ar"]
+    for name in methods:
+        get_method(name)
+    runs: dict[str, list] = {name: [] for name in methods}
+    for name in methods:  # warm-up: lazy imports, allocator, prompt encoder
+        run(model, name, prompts[0], seeds[0], sampling)
+    for prompt in prompts:
+        for seed in seeds:
+            for name in methods:
+                runs[name].append(run(model, name, prompt, seed, sampling))
+    ar_seconds = statistics.fmean(t.seconds for t in runs["ar"])
+    report = BenchReport(
+        model=model.name,
+        device=str(model.device),
+        threads=torch.get_num_threads(),
+        sampling=sampling.to_dict(),
+        prompts=prompts,
+        seeds=seeds,
+    )
+    for name in methods:
+        traces = runs[name]
+        nfe = statistics.fmean(t.nfe for t in traces)
+        tokens = statistics.fmean(len(t.tokens) for t in traces)
+        seconds = statistics.fmean(t.seconds for t in traces)
+        report.results.append(
+            MethodResult(
+                name, traces[0].lossless, len(traces), nfe, tokens, seconds, tokens / nfe, ar_seconds / seconds
+            )
+        )
+    reference = getattr(model, "reference_generate", None)
+    if compare_generate and reference is not None:
+        report.reference = _compare_generate(model, reference, prompts, seeds, sampling)
+    return report
+
+
+def _compare_generate(model: ImageModel, reference, prompts: list[str], seeds: list[int], sampling) -> ReferenceResult:
+    unguided = SamplingSettings(**{**sampling.to_dict(), "guidance_scale": 1.0})
+    reference(prompts[0], unguided, seeds[0])
+    ours, theirs = 0.0, 0.0
+    for prompt in prompts:
+        for seed in seeds:
+            ours += _timed(partial(run, model, "ar", prompt, seed, unguided))
+            theirs += _timed(partial(reference, prompt, unguided, seed))
+    tokens = model.geometry.seq_len * len(prompts) * len(seeds)
+    return ReferenceResult(tokens / ours, tokens / theirs)

@@ -1,0 +1,153 @@
+"""Command line: `python -m specviz {run,models,bench} ...`; every subcommand has --help."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from specviz.bench import PromptFileError, bench, read_prompts
+from specviz.decoding import METHODS, PromptError, UnknownMethod, run
+from specviz.models.errors import ModelUnavailable, UnknownModel
+from specviz.models.registry import MODELS, load_model
+from specviz.models.sampling import SamplingSettings, SettingsError
+from specviz.trace import TraceError
+
+IMAGE_SCALE = 8  # saved PNGs are upscaled with nearest neighbour so each token cell stays crisp
+
+
+class UsageError(Exception):
+    """Bad input the user can fix; printed as one line, exit status 2."""
+
+
+def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sampling (defaults: the model's own)")
+    group.add_argument("--temperature", type=float, help="0 means greedy")
+    group.add_argument("--top-k", type=int, help="keep the k most likely tokens (a positive integer)")
+    group.add_argument("--top-p", type=float, help="nucleus sampling mass in (0, 1]")
+    group.add_argument("--guidance", type=float, help="classifier-free guidance scale (1 = off)")
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="tiny", help=f"one of: {', '.join(MODELS)} (default tiny)")
+    parser.add_argument("--weights", help="local folder or hub id of the weights (default: the model's own)")
+    parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+
+
+def _sampling(args: argparse.Namespace, default: SamplingSettings) -> SamplingSettings:
+    settings = default.to_dict()
+    for key, value in (
+        ("temperature", args.temperature),
+        ("top_k", args.top_k),
+        ("top_p", args.top_p),
+        ("guidance_scale", args.guidance),
+    ):
+        if value is not None:
+            settings[key] = value
+    return SamplingSettings(**settings)
+
+
+def _check_method(name: str) -> None:
+    if name not in METHODS:
+        raise UnknownMethod(f"unknown method {name!r}; available: {', '.join(METHODS)}")
+
+
+def _writable_folder(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise UsageError(f"cannot write to {path}: {error.strerror or error}") from None
+    return path
+
+
+def command_run(args: argparse.Namespace) -> int:
+    _check_method(args.method)
+    out = _writable_folder(Path(args.out))
+    model = load_model(args.model, args.weights, args.device)
+    trace = run(model, args.method, args.prompt, args.seed, _sampling(args, model.default_sampling))
+    image = model.decode(trace.tokens)
+    image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")
+    trace.save(out / "trace.json")
+    lossy = "" if trace.lossless else " (lossy)"
+    print(
+        f"model={trace.model} method={trace.method}{lossy} nfe={trace.nfe} tokens={len(trace.tokens)} "
+        f"seconds={trace.seconds:.2f} out={out}"
+    )
+    return 0
+
+
+def command_models(args: argparse.Namespace) -> int:
+    for entry in MODELS.values():
+        reason = entry.offline()
+        status = "available offline" if reason is None else f"not available offline: {reason}"
+        print(f"{entry.name:12s} {status}\n{'':12s} {entry.description}")
+    return 0
+
+
+def command_bench(args: argparse.Namespace) -> int:
+    methods = [name.strip() for name in args.methods.split(",") if name.strip()]
+    for name in methods:
+        _check_method(name)
+    prompts = read_prompts(args.prompts)
+    if args.seeds < 1:
+        raise UsageError("--seeds must be at least 1")
+    model = load_model(args.model, args.weights, args.device)
+    report = bench(model, methods, prompts, range(args.seeds), _sampling(args, model.default_sampling))
+    print(report.markdown())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m specviz", description="Speculative and Jacobi decoding for AR image generation, made visible."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run_parser = commands.add_parser("run", help="generate one image and save image.png and trace.json")
+    _model_arguments(run_parser)
+    run_parser.add_argument("--method", default="ar", help=f"one of: {', '.join(METHODS)} (default ar)")
+    run_parser.add_argument("--prompt", required=True, help="what to draw, e.g. 'red apple'")
+    run_parser.add_argument("--seed", type=int, default=0)
+    run_parser.add_argument("--out", required=True, help="output folder (created if missing)")
+    _sampling_arguments(run_parser)
+    run_parser.set_defaults(handler=command_run)
+
+    models_parser = commands.add_parser("models", help="list registered models and which run offline")
+    models_parser.set_defaults(handler=command_models)
+
+    bench_parser = commands.add_parser(
+        "bench", help="time methods against AR, and our AR loop against transformers' generate()"
+    )
+    _model_arguments(bench_parser)
+    bench_parser.add_argument("--methods", default="ar", help="comma-separated methods (default ar)")
+    bench_parser.add_argument("--prompts", help="text file, one prompt per line (default: the shipped set)")
+    bench_parser.add_argument("--seeds", type=int, default=2, help="seeds 0..K-1 per prompt (default 2)")
+    bench_parser.add_argument("--json", help="also write the results to this JSON file")
+    _sampling_arguments(bench_parser)
+    bench_parser.set_defaults(handler=command_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except (UsageError, PromptError, PromptFileError, SettingsError, UnknownModel, UnknownMethod, TraceError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ModelUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -1,0 +1,94 @@
+"""The small protocol every model family implements, so decoding methods never see model specifics.
+
+A *sequence position* is one generated token. Most positions are image-grid cells; some families
+(Emu3, Lumina-mGPT) put a layout token (end of row) at fixed positions. The adapter forces those
+with a one-hot distribution, so every method treats them as slots that are always accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from PIL import Image
+
+from specviz.models.sampling import SamplingSettings
+
+IMAGE_CELL = -1  # layout entry of a position that holds an image token
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The token grid and the layout of the generated sequence.
+
+    `vocab_size` is the size of the token space methods sample in (image codes, plus layout tokens
+    where the family has them). `layout[i]` is IMAGE_CELL or the token forced at position i.
+    """
+
+    rows: int
+    cols: int
+    vocab_size: int
+    layout: tuple[int, ...]
+
+    @classmethod
+    def plain_grid(cls, rows: int, cols: int, vocab_size: int) -> Geometry:
+        return cls(rows, cols, vocab_size, (IMAGE_CELL,) * (rows * cols))
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.layout)
+
+    def cell_of_position(self) -> list[int]:
+        """Raster grid cell of each sequence position, or -1 for a layout slot."""
+        cells, next_cell = [], 0
+        for entry in self.layout:
+            if entry == IMAGE_CELL:
+                cells.append(next_cell)
+                next_cell += 1
+            else:
+                cells.append(-1)
+        return cells
+
+
+@runtime_checkable
+class Session(Protocol):
+    """One generation in progress: a prompt prefilled and a committed prefix of generated tokens.
+
+    - `length`: number of committed generated tokens.
+    - `next_logits`: (V,) logits for position `length`, given the committed prefix.
+    - `forward(tokens)`: appends n tokens after the committed prefix (discarding anything appended
+      earlier and not committed) and returns (n, V) logits: row i is the distribution of position
+      `length + i + 1` given the prefix and tokens[: i + 1]. Guidance is already combined and layout
+      slots are one-hot. One model pass.
+    - `commit(k)`: keeps the first k tokens of the last `forward`, crops the rest from the cache.
+      `commit(0)` is a rollback.
+    - `nfe`: model passes so far, the prefill included.
+    """
+
+    geometry: Geometry
+    length: int
+    nfe: int
+
+    @property
+    def next_logits(self) -> torch.Tensor: ...
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor: ...
+
+    def commit(self, count: int) -> None: ...
+
+
+@runtime_checkable
+class ImageModel(Protocol):
+    """A loaded model family: geometry, default sampling, sessions and a token decoder."""
+
+    name: str
+    geometry: Geometry
+    default_sampling: SamplingSettings
+    device: torch.device
+
+    def session(self, prompt: str, guidance_scale: float) -> Session: ...
+
+    def decode(self, tokens: list[int] | torch.Tensor) -> Image.Image:
+        """Pixels of a possibly partial token sequence; cells not yet generated are left blank."""
+        ...

@@ -1,0 +1,85 @@
+"""A k-means patch VQ tokenizer: each 3x3 RGB patch of a 48x48 image becomes one of 1024 codes.
+
+It is a real vector quantiser (nearest codebook vector, decode by lookup), small enough to train
+in seconds and to ship as one tensor. Codebook-vector distances also give LANTERN and GSD their
+notion of "nearby tokens".
+"""
+
+from __future__ import annotations
+
+import torch
+
+PATCH = 3
+
+
+def patchify(images: torch.Tensor, patch: int = PATCH) -> torch.Tensor:
+    """(N, H, W, 3) floats in [0, 1] -> (N, H/p * W/p, p*p*3) patch vectors in raster order."""
+    n, h, w, c = images.shape
+    grid = images.reshape(n, h // patch, patch, w // patch, patch, c).permute(0, 1, 3, 2, 4, 5)
+    return grid.reshape(n, (h // patch) * (w // patch), patch * patch * c)
+
+
+def unpatchify(patches: torch.Tensor, rows: int, cols: int, patch: int = PATCH) -> torch.Tensor:
+    """Inverse of `patchify`: (N, rows*cols, p*p*3) -> (N, rows*p, cols*p, 3)."""
+    n = patches.shape[0]
+    grid = patches.reshape(n, rows, cols, patch, patch, 3).permute(0, 1, 3, 2, 4, 5)
+    return grid.reshape(n, rows * patch, cols * patch, 3)
+
+
+class PatchTokenizer:
+    """Encode images to code indices and decode indices back to pixels."""
+
+    def __init__(self, codebook: torch.Tensor, patch: int = PATCH):
+        self.codebook = codebook.float()  # (K, p*p*3), values in [0, 1]
+        self.patch = patch
+
+    @property
+    def vocab_size(self) -> int:
+        return self.codebook.shape[0]
+
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        """(N, H, W, 3) uint8 -> (N, H/p * W/p) int64 codes."""
+        vectors = patchify(images.float() / 255.0, self.patch)
+        return torch.stack([nearest_code(v, self.codebook) for v in vectors])
+
+    def decode(self, codes: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+        """(N, rows*cols) codes -> (N, rows*p, cols*p, 3) uint8."""
+        pixels = unpatchify(self.codebook[codes], rows, cols, self.patch)
+        return (pixels.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def nearest_code(vectors: torch.Tensor, codebook: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
+    """Index of the nearest codebook vector (squared L2) for each row of `vectors`."""
+    norms = (codebook**2).sum(1)
+    out = []
+    for part in vectors.split(chunk):
+        out.append((norms[None, :] - 2 * part @ codebook.T).argmin(1))
+    return torch.cat(out)
+
+
+def fit_codebook(vectors: torch.Tensor, size: int, iterations: int, generator: torch.Generator) -> torch.Tensor:
+    """Lloyd's k-means from a k-means++ start; empty clusters restart at the worst-fit vectors."""
+    n = vectors.shape[0]
+    centres = torch.empty(size, vectors.shape[1])
+    centres[0] = vectors[torch.randint(n, (1,), generator=generator)]
+    closest = ((vectors - centres[0]) ** 2).sum(1)
+    for k in range(1, size):
+        pick = torch.multinomial(closest / closest.sum(), 1, generator=generator)
+        centres[k] = vectors[pick]
+        closest = torch.minimum(closest, ((vectors - centres[k]) ** 2).sum(1))
+    for _ in range(iterations):
+        assign = nearest_code(vectors, centres)
+        sums = torch.zeros_like(centres).index_add_(0, assign, vectors)
+        counts = torch.bincount(assign, minlength=size).float()
+        empty = counts == 0
+        centres = torch.where(empty[:, None], centres, sums / counts.clamp(min=1)[:, None])
+        if empty.any():
+            error = ((vectors - centres[assign]) ** 2).sum(1)
+            centres[empty] = vectors[error.topk(int(empty.sum())).indices]
+    return centres
+
+
+def psnr(original: torch.Tensor, reconstructed: torch.Tensor) -> torch.Tensor:
+    """Per-image PSNR in dB of uint8 images (N, H, W, 3)."""
+    mse = ((original.float() - reconstructed.float()) ** 2).flatten(1).mean(1)
+    return 10 * torch.log10(255.0**2 / mse.clamp(min=1e-10))
