@@ -51,6 +51,10 @@ class MethodResult:
     mean_seconds: float
     step_compression: float  # tokens per model pass
     latency_speedup: float  # AR seconds / method seconds, same prompts and seeds
+    accepted_per_pass: float  # drafts accepted per window pass
+    changed_per_pass: float  # drafts that changed since the previous pass (what SCD reduces)
+    verify_share: float  # the method's own work per pass, as a share of the forward pass
+    trace_share: float  # time spent writing trace records, as a share of the whole run
 
 
 @dataclass
@@ -87,13 +91,15 @@ class BenchReport:
             f"model {self.model} on {self.device} ({self.threads} threads), {len(self.prompts)} prompts x "
             f"{len(self.seeds)} seeds, sampling {self.sampling}",
             "",
-            "| method | lossless | NFE | tokens | step compression | seconds | latency speedup |",
-            "|---|---|---:|---:|---:|---:|---:|",
+            "| method | lossless | NFE | tokens | step compression | seconds | latency speedup "
+            "| accepted/pass | changed/pass | verify/forward | trace |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in self.results:
             lines.append(
                 f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.mean_nfe:.1f} | {r.mean_tokens:.0f} | "
-                f"{r.step_compression:.2f}x | {r.mean_seconds:.3f} | {r.latency_speedup:.2f}x |"
+                f"{r.step_compression:.2f}x | {r.mean_seconds:.3f} | {r.latency_speedup:.2f}x | "
+                f"{r.accepted_per_pass:.2f} | {r.changed_per_pass:.2f} | {r.verify_share:.1%} | {r.trace_share:.2%} |"
             )
         if self.reference is not None:
             ref = self.reference
@@ -122,6 +128,7 @@ def bench(
     prompts: list[str],
     seeds: Iterable[int],
     sampling: SamplingSettings,
+    params: dict[str, dict] | None = None,
     compare_generate: bool = True,
 ) -> BenchReport:
     seeds = list(seeds)
@@ -129,12 +136,13 @@ def bench(
     for name in methods:
         get_method(name)
     runs: dict[str, list] = {name: [] for name in methods}
+    params = params or {}
     for name in methods:  # warm-up: lazy imports, allocator, prompt encoder
-        run(model, name, prompts[0], seeds[0], sampling)
+        run(model, name, prompts[0], seeds[0], sampling, params.get(name))
     for prompt in prompts:
         for seed in seeds:
             for name in methods:
-                runs[name].append(run(model, name, prompt, seed, sampling))
+                runs[name].append(run(model, name, prompt, seed, sampling, params.get(name)))
     ar_seconds = statistics.fmean(t.seconds for t in runs["ar"])
     report = BenchReport(
         model=model.name,
@@ -149,9 +157,22 @@ def bench(
         nfe = statistics.fmean(t.nfe for t in traces)
         tokens = statistics.fmean(len(t.tokens) for t in traces)
         seconds = statistics.fmean(t.seconds for t in traces)
+        passes = [it for t in traces for it in t.iterations if it.drafts]
+        forward_ms = sum(it.forward_ms for t in traces for it in t.iterations)
         report.results.append(
             MethodResult(
-                name, traces[0].lossless, len(traces), nfe, tokens, seconds, tokens / nfe, ar_seconds / seconds
+                method=name,
+                lossless=traces[0].lossless,
+                runs=len(traces),
+                mean_nfe=nfe,
+                mean_tokens=tokens,
+                mean_seconds=seconds,
+                step_compression=tokens / nfe,
+                latency_speedup=ar_seconds / seconds,
+                accepted_per_pass=statistics.fmean(it.accepted for it in passes) if passes else 0.0,
+                changed_per_pass=statistics.fmean(it.changed for it in passes) if passes else 0.0,
+                verify_share=sum(it.verify_ms for it in passes) / max(forward_ms, 1e-9),
+                trace_share=sum(it.record_ms for t in traces for it in t.iterations) / (1000 * seconds * len(traces)),
             )
         )
     reference = getattr(model, "reference_generate", None)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from specviz.bench import PromptFileError, bench, read_prompts
 from specviz.decoding import METHODS, PromptError, UnknownMethod, run
+from specviz.decoding.window import INIT_STRATEGIES, MAX_WINDOW
+from specviz.lossless import check_lossless
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.registry import MODELS, load_model
 from specviz.models.sampling import SamplingSettings, SettingsError
@@ -35,6 +37,20 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="tiny", help=f"one of: {', '.join(MODELS)} (default tiny)")
     parser.add_argument("--weights", help="local folder or hub id of the weights (default: the model's own)")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+
+
+def _method_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("method parameters (Jacobi family)")
+    group.add_argument("--window", type=int, help=f"Jacobi window size W, 1 to {MAX_WINDOW} (default 16)")
+    group.add_argument("--init", choices=INIT_STRATEGIES, help="initialisation of new window slots (default random)")
+
+
+def _method_params(args: argparse.Namespace, method: str | None = None) -> dict:
+    """Method parameters given on the command line; with `method`, only those that method takes."""
+    given = {k: v for k, v in (("window", args.window), ("init", args.init)) if v is not None}
+    if method is not None:
+        given = {k: v for k, v in given.items() if k in METHODS[method].parameters}
+    return given
 
 
 def _sampling(args: argparse.Namespace, default: SamplingSettings) -> SamplingSettings:
@@ -69,7 +85,8 @@ def command_run(args: argparse.Namespace) -> int:
     _check_method(args.method)
     out = _writable_folder(Path(args.out))
     model = load_model(args.model, args.weights, args.device)
-    trace = run(model, args.method, args.prompt, args.seed, _sampling(args, model.default_sampling))
+    sampling = _sampling(args, model.default_sampling)
+    trace = run(model, args.method, args.prompt, args.seed, sampling, _method_params(args))
     image = model.decode(trace.tokens)
     image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")
     trace.save(out / "trace.json")
@@ -97,11 +114,23 @@ def command_bench(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise UsageError("--seeds must be at least 1")
     model = load_model(args.model, args.weights, args.device)
-    report = bench(model, methods, prompts, range(args.seeds), _sampling(args, model.default_sampling))
+    params = {name: _method_params(args, name) for name in methods}
+    report = bench(model, methods, prompts, range(args.seeds), _sampling(args, model.default_sampling), params)
     print(report.markdown())
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     return 0
+
+
+def command_check_lossless(args: argparse.Namespace) -> int:
+    _check_method(args.method)
+    if args.samples < 100:
+        raise UsageError("--samples must be at least 100 (20000 or more for a meaningful test)")
+    report = check_lossless(args.method, args.samples, args.seed, _method_params(args, args.method))
+    label = "lossless" if METHODS[args.method].lossless else "lossy (the deviation below is what it costs)"
+    print(f"{args.method}: claimed {label}")
+    print(report.summary())
+    return 0 if report.matches else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--prompt", required=True, help="what to draw, e.g. 'red apple'")
     run_parser.add_argument("--seed", type=int, default=0)
     run_parser.add_argument("--out", required=True, help="output folder (created if missing)")
+    _method_arguments(run_parser)
     _sampling_arguments(run_parser)
     run_parser.set_defaults(handler=command_run)
 
@@ -130,8 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench_parser.add_argument("--prompts", help="text file, one prompt per line (default: the shipped set)")
     bench_parser.add_argument("--seeds", type=int, default=2, help="seeds 0..K-1 per prompt (default 2)")
     bench_parser.add_argument("--json", help="also write the results to this JSON file")
+    _method_arguments(bench_parser)
     _sampling_arguments(bench_parser)
     bench_parser.set_defaults(handler=command_bench)
+
+    check_parser = commands.add_parser(
+        "check-lossless",
+        help="compare a method's samples with exact AR probabilities on an enumerable toy model",
+        description="Samples many images from a toy model whose AR distribution is known exactly and "
+        "runs a chi-square test; exits 1 when the method's distribution does not match.",
+    )
+    check_parser.add_argument("--method", required=True, help=f"one of: {', '.join(METHODS)}")
+    check_parser.add_argument("--samples", type=int, default=20_000, help="sampled images (default 20000)")
+    check_parser.add_argument("--seed", type=int, default=0)
+    _method_arguments(check_parser)
+    check_parser.set_defaults(handler=command_check_lossless)
     return parser
 
 

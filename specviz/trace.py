@@ -61,6 +61,8 @@ class Iteration(_Strict):
     tokens verified this iteration, `p_old`/`p_new` their probabilities under the distribution
     they were drafted from and under the target computed now, `ratio` their acceptance
     probabilities. `committed` are the tokens fixed by this iteration, from `start` on.
+    `forward_ms` is the model pass, `verify_ms` the method's own work (verification, redraws,
+    new slots, cache cropping), `record_ms` the cost of writing this record.
     """
 
     start: Count
@@ -75,6 +77,8 @@ class Iteration(_Strict):
     changed: Count = 0
     committed: Annotated[list[Count], Field(max_length=MAX_WINDOW + 1)]
     forward_ms: Annotated[float, Field(ge=0.0)]
+    verify_ms: Annotated[float, Field(ge=0.0)] = 0.0
+    record_ms: Annotated[float, Field(ge=0.0)] = 0.0
 
     @model_validator(mode="after")
     def _consistent(self) -> Iteration:

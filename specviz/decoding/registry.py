@@ -1,12 +1,15 @@
-"""The registered decoding methods and what each promises."""
+"""The registered decoding methods, their parameters and what each promises."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from specviz.decoding import ar
+from specviz.decoding import ar, jacobi, scd_gs, scd_mc, sjd
+from specviz.models.sampling import SettingsError
 from specviz.trace import Iteration
+
+WINDOW_PARAMETERS = {"window": 16, "init": "random"}
 
 
 class UnknownMethod(KeyError):
@@ -20,10 +23,38 @@ class Method:
     decode: Callable[..., Iterator[Iteration]]
     lossless: bool
     description: str
+    parameters: dict[str, int | float | str] = field(default_factory=dict)
+    lossless_when_greedy: bool = False
+
+    def is_lossless(self, greedy: bool) -> bool:
+        return self.lossless or (greedy and self.lossless_when_greedy)
+
+    def resolve(self, given: dict | None) -> dict:
+        """The method's parameters: defaults overridden by `given`; unknown names are refused."""
+        given = {k: v for k, v in (given or {}).items() if v is not None}
+        unknown = sorted(set(given) - set(self.parameters))
+        if unknown:
+            allowed = ", ".join(self.parameters) or "none"
+            raise SettingsError(f"method {self.name} has no parameter {', '.join(unknown)} (its parameters: {allowed})")
+        return {**self.parameters, **given}
 
 
 METHODS: dict[str, Method] = {
-    "ar": Method("ar", ar.decode, True, "vanilla autoregressive: one token per model pass"),
+    method.name: method
+    for method in (
+        Method("ar", ar.decode, True, "vanilla autoregressive: one token per model pass"),
+        Method(
+            "jacobi",
+            jacobi.decode,
+            False,
+            "Jacobi decoding: drafts accepted while unchanged between iterations (lossless only when greedy)",
+            WINDOW_PARAMETERS,
+            lossless_when_greedy=True,
+        ),
+        Method("sjd", sjd.decode, True, "speculative Jacobi decoding (SJD), independent redraws", WINDOW_PARAMETERS),
+        Method("scd-mc", scd_mc.decode, True, "speculative coupled decoding, maximal coupling", WINDOW_PARAMETERS),
+        Method("scd-gs", scd_gs.decode, True, "speculative coupled decoding, Gumbel sharing", WINDOW_PARAMETERS),
+    )
 }
 
 

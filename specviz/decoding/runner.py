@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 
 from specviz.decoding.registry import get_method
+from specviz.decoding.window import check_window
 from specviz.models.protocol import ImageModel
 from specviz.models.sampling import SamplingSettings
 from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
@@ -34,19 +35,23 @@ def run(
     prompt: str,
     seed: int,
     sampling: SamplingSettings | None = None,
+    params: dict | None = None,
     on_iteration: Callable[[Iteration], None] | None = None,
 ) -> Trace:
     """Generate one image with `method` and return its Trace; all randomness comes from `seed`."""
     spec = get_method(method)
     prompt = check_prompt(prompt)
     sampling = sampling or model.default_sampling
+    params = spec.resolve(params)
+    if "window" in params:
+        check_window(params["window"], params["init"])
     generator = torch.Generator(device=model.device).manual_seed(seed)
     started = time.perf_counter()
     session = model.session(prompt, sampling.guidance_scale)
     prefill_ms = (time.perf_counter() - started) * 1000
     iterations = []
     with torch.inference_mode():
-        for iteration in spec.decode(session, sampling, generator):
+        for iteration in spec.decode(session, sampling, generator, **params):
             iterations.append(iteration)
             if on_iteration is not None:
                 on_iteration(iteration)
@@ -55,10 +60,11 @@ def run(
     return Trace(
         model=model.name,
         method=method,
-        lossless=spec.lossless,
+        lossless=spec.is_lossless(sampling.greedy),
         prompt=prompt,
         seed=seed,
         sampling=TraceSampling(**sampling.to_dict()),
+        params=params,
         geometry=TraceGeometry(
             rows=geometry.rows, cols=geometry.cols, vocab_size=geometry.vocab_size, layout=list(geometry.layout)
         ),

@@ -19,11 +19,14 @@ StepFn = Callable[[torch.Tensor, DynamicCache], torch.Tensor]
 
 
 def combine_guidance(raw: torch.Tensor, scale: float) -> torch.Tensor:
-    """uncond + scale * (cond - uncond) on raw logits; row 0 is conditional, row 1 unconditional."""
+    """uncond + scale * (cond - uncond) on raw logits; row 0 is conditional, row 1 unconditional.
+
+    A token masked (-inf) in either row stays masked instead of turning into NaN.
+    """
     if raw.shape[0] == 1:
         return raw[0]
     cond, uncond = raw[0], raw[1]
-    return uncond + scale * (cond - uncond)
+    return (uncond + scale * (cond - uncond)).nan_to_num(nan=float("-inf"))
 
 
 class CachedSession:

@@ -1,0 +1,86 @@
+"""Shared sampling pieces of the speculative methods: acceptance, residuals and couplings.
+
+Everything works on whole windows at once (rows = window positions), so verification costs a
+handful of tensor operations per model pass, never a Python loop over tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+RESIDUAL_EPSILON = 1e-12
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row of `probs` (n, V) -> (n,)."""
+    if probs.shape[0] == 0:
+        return torch.empty(0, dtype=torch.long, device=probs.device)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def token_probs(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """probs[i, tokens[i]] for every row."""
+    return probs.gather(1, tokens[:, None]).squeeze(1)
+
+
+def acceptance_ratio(p_new: torch.Tensor, p_old: torch.Tensor) -> torch.Tensor:
+    """min(1, p_new(x) / p_old(x)) of drafts x drawn from p_old (so p_old(x) > 0)."""
+    return (p_new / p_old.clamp(min=torch.finfo(p_old.dtype).tiny)).clamp(max=1.0)
+
+
+def leading_true(mask: torch.Tensor) -> int:
+    """Length of the run of True at the start of a 1-D mask (one host sync)."""
+    return int(mask.long().cumprod(0).sum())
+
+
+def residual(p_new: torch.Tensor, p_old: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p_new - p_old)) per row; where p_new == p_old (no residual mass) it is p_new."""
+    mass = (p_new - p_old).clamp(min=0)
+    total = mass.sum(-1, keepdim=True)
+    return torch.where(total > RESIDUAL_EPSILON, mass / total.clamp(min=RESIDUAL_EPSILON), p_new)
+
+
+def maximal_coupling(
+    p_new: torch.Tensor, p_old: torch.Tensor, previous: torch.Tensor, uniform: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
+    """A draw from p_new coupled to `previous` ~ p_old: keep it with prob min(1, p_new/p_old), else
+    sample the residual. P[same token] reaches the bound 1 - TV(p_new, p_old) (SCD, maximal coupling).
+    """
+    keep = uniform < acceptance_ratio(token_probs(p_new, previous), token_probs(p_old, previous))
+    return torch.where(keep, previous, sample(residual(p_new, p_old), generator))
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(value: int) -> int:
+    value &= _MASK64
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+_GOLDEN, _MIX1, _MIX2 = _signed(0x9E3779B97F4A7C15), _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def gumbel_noise(key: int, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(n, V) standard Gumbel noise, a pure function of (key, absolute position, token).
+
+    A counter-based generator (the splitmix64 finaliser over a unique counter), so every iteration
+    regenerates the same noise for a position without storing a table of positions x vocabulary.
+    """
+    tokens = torch.arange(vocab_size, device=positions.device, dtype=torch.long)
+    x = (positions.long()[:, None] * vocab_size + tokens[None, :]) * _GOLDEN + key
+    x = (x ^ _shift_right(x, 30)) * _MIX1
+    x = (x ^ _shift_right(x, 27)) * _MIX2
+    x = x ^ _shift_right(x, 31)
+    uniform = (_shift_right(x, 11).double() + 0.5) * 2.0**-53  # in (0, 1)
+    return -torch.log(-torch.log(uniform)).float()
+
+
+def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """argmax(log p + g): an exact sample from p per row when g is fresh Gumbel noise."""
+    return (probs.log() + noise).argmax(-1)
