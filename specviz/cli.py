@@ -14,6 +14,7 @@ from specviz.decoding import METHODS, PromptError, UnknownMethod, run
 from specviz.decoding.window import INIT_STRATEGIES, MAX_WINDOW
 from specviz.lossless import check_lossless
 from specviz.models.errors import ModelUnavailable, UnknownModel
+from specviz.models.protocol import UnsupportedMethod
 from specviz.models.registry import MODELS, load_model
 from specviz.models.sampling import SamplingSettings, SettingsError
 from specviz.trace import TraceError
@@ -43,11 +44,15 @@ def _method_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("method parameters (Jacobi family)")
     group.add_argument("--window", type=int, help=f"Jacobi window size W, 1 to {MAX_WINDOW} (default 16)")
     group.add_argument("--init", choices=INIT_STRATEGIES, help="initialisation of new window slots (default random)")
+    group.add_argument("--neighbours", type=int, help="lantern: codebook neighbours k (default 32)")
+    group.add_argument("--delta", type=float, help="lantern: total-variation budget (default 0.2)")
+    group.add_argument("--group-size", type=int, help="gsd: tokens per group, the draft included (default 10)")
 
 
 def _method_params(args: argparse.Namespace, method: str | None = None) -> dict:
     """Method parameters given on the command line; with `method`, only those that method takes."""
-    given = {k: v for k, v in (("window", args.window), ("init", args.init)) if v is not None}
+    names = ("window", "init", "neighbours", "delta", "group_size")
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if method is not None:
         given = {k: v for k, v in given.items() if k in METHODS[method].parameters}
     return given
@@ -183,7 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except (UsageError, PromptError, PromptFileError, SettingsError, UnknownModel, UnknownMethod, TraceError) as error:
+    except (
+        UsageError,
+        PromptError,
+        PromptFileError,
+        SettingsError,
+        UnknownModel,
+        UnknownMethod,
+        UnsupportedMethod,
+        TraceError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except ModelUnavailable as error:

@@ -26,6 +26,8 @@ END_OF_ROW = 4
 TOY_GEOMETRY = Geometry(rows=2, cols=2, vocab_size=5, layout=(IMAGE_CELL, IMAGE_CELL, END_OF_ROW) * 2)
 TOY_SAMPLING = SamplingSettings(temperature=1.0, top_k=3, top_p=1.0, guidance_scale=2.0)
 SIGNIFICANCE = 1e-3
+# a window shorter than the sequence, so windows slide; groups and neighbourhoods that fit 4 tokens
+TOY_PARAMETERS = {"window": 3, "neighbours": 2, "group_size": 2}
 MIN_EXPECTED = 5.0
 
 
@@ -51,6 +53,8 @@ class ToyModel:
     def __init__(self, seed: int = 0, sharpness: float = 1.5):
         self.seed, self.sharpness = seed, sharpness
         self._table: dict[tuple, torch.Tensor] = {}
+        # a 1-D "codebook": tokens 0-3 on a line, so each has near and far neighbours; the layout token far away
+        self.token_vectors = torch.tensor([[0.0], [1.0], [2.5], [4.5], [1000.0]])
 
     def raw_logits(self, row: int, prefix: tuple[int, ...]) -> torch.Tensor:
         key = (row, prefix)
@@ -74,7 +78,9 @@ class ToyModel:
             return out
 
         prefill = torch.stack([self.raw_logits(row, ()) for row in range(rows)])
-        return CachedSession(self.geometry, cache, prefill, step, guidance_scale, rows)
+        return CachedSession(
+            self.geometry, cache, prefill, step, guidance_scale, rows, token_vectors=self.token_vectors
+        )
 
     def exact_distribution(self, sampling: SamplingSettings) -> dict[tuple[int, ...], float]:
         """P(sequence) for every sequence the sampling settings allow, by enumeration."""
@@ -166,7 +172,9 @@ def check_lossless(
     model: ToyModel | None = None,
 ) -> LosslessReport:
     model = model or ToyModel()
-    params = get_method(method).resolve({"window": 3, **(params or {})} if method != "ar" else params)
+    spec = get_method(method)
+    toy_defaults = {k: v for k, v in TOY_PARAMETERS.items() if k in spec.parameters}
+    params = spec.resolve({**toy_defaults, **(params or {})})
     sequences = sample_sequences(model, method, params, sampling, samples, seed)
     statistic, dof, p_value, tv, outside = compare(model.exact_distribution(sampling), sequences)
     return LosslessReport(method, params, samples, statistic, dof, p_value, tv, outside)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from specviz.decoding import ar, jacobi, scd_gs, scd_mc, sjd
+from specviz.decoding import ar, gsd, jacobi, lantern, scd_gs, scd_mc, sjd
 from specviz.models.sampling import SettingsError
 from specviz.trace import Iteration
 
@@ -54,6 +54,20 @@ METHODS: dict[str, Method] = {
         Method("sjd", sjd.decode, True, "speculative Jacobi decoding (SJD), independent redraws", WINDOW_PARAMETERS),
         Method("scd-mc", scd_mc.decode, True, "speculative coupled decoding, maximal coupling", WINDOW_PARAMETERS),
         Method("scd-gs", scd_gs.decode, True, "speculative coupled decoding, Gumbel sharing", WINDOW_PARAMETERS),
+        Method(
+            "lantern",
+            lantern.decode,
+            False,
+            "LANTERN relaxed acceptance: p plus the mass of nearby codebook tokens within a TV budget (lossy)",
+            {**WINDOW_PARAMETERS, "neighbours": 32, "delta": 0.2},
+        ),
+        Method(
+            "gsd",
+            gsd.decode,
+            False,
+            "grouped speculative decoding: accept by the mass of a group of similar tokens (lossy)",
+            {**WINDOW_PARAMETERS, "group_size": 10},
+        ),
     )
 }
 

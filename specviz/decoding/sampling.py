@@ -84,3 +84,17 @@ def gumbel_noise(key: int, positions: torch.Tensor, vocab_size: int) -> torch.Te
 def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """argmax(log p + g): an exact sample from p per row when g is fresh Gumbel noise."""
     return (probs.log() + noise).argmax(-1)
+
+
+def nearest_tokens(vectors: torch.Tensor, count: int, chunk: int = 4096) -> torch.Tensor:
+    """(V, count) ids of each token's nearest other tokens by codebook-vector distance, nearest first."""
+    vectors = vectors.float()
+    count = min(count, vectors.shape[0] - 1)
+    norms = (vectors**2).sum(1)
+    rows = []
+    for start in range(0, vectors.shape[0], chunk):
+        part = vectors[start : start + chunk]
+        distance = norms[start : start + chunk, None] - 2 * part @ vectors.T + norms[None, :]
+        distance[torch.arange(len(part)), torch.arange(start, start + len(part))] = float("inf")  # not itself
+        rows.append(distance.topk(count, dim=1, largest=False).indices)
+    return torch.cat(rows)

@@ -64,6 +64,7 @@ class Session(Protocol):
     - `commit(k)`: keeps the first k tokens of the last `forward`, crops the rest from the cache.
       `commit(0)` is a rollback.
     - `nfe`: model passes so far, the prefill included.
+    - `token_vectors` (optional): (V, D) codebook vectors, for LANTERN and GSD.
     """
 
     geometry: Geometry
@@ -76,6 +77,19 @@ class Session(Protocol):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor: ...
 
     def commit(self, count: int) -> None: ...
+
+
+class UnsupportedMethod(ValueError):
+    """A method that needs something this model does not provide."""
+
+
+def token_vectors(session: Session, method: str) -> torch.Tensor:
+    """(V, D) latent vector of every token (the VQ codebook), for methods that relax acceptance
+    to similar tokens; layout tokens must sit far from every image token."""
+    vectors = getattr(session, "token_vectors", None)
+    if vectors is None:
+        raise UnsupportedMethod(f"{method} needs the tokenizer's codebook vectors, which this model does not expose")
+    return vectors
 
 
 @runtime_checkable

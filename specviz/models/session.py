@@ -41,8 +41,10 @@ class CachedSession:
         guidance_scale: float,
         rows: int,
         combine: Callable[[torch.Tensor, float], torch.Tensor] = combine_guidance,
+        token_vectors: torch.Tensor | None = None,
     ):
         self.geometry = geometry
+        self.token_vectors = token_vectors
         self.length = 0
         self.nfe = 1
         self._cache = cache

@@ -62,7 +62,15 @@ class TinyModel:
         cache = DynamicCache(config=net.lm.config)
         hidden = net.lm.model(inputs_embeds=prefix, past_key_values=cache, use_cache=True).last_hidden_state
         prefill_logits = net.lm.lm_head(hidden[:, -1])
-        return CachedSession(self.geometry, cache, prefill_logits, self._step, guidance_scale, rows=prefix.shape[0])
+        return CachedSession(
+            self.geometry,
+            cache,
+            prefill_logits,
+            self._step,
+            guidance_scale,
+            rows=prefix.shape[0],
+            token_vectors=self.tokenizer.codebook,
+        )
 
     @torch.inference_mode()
     def reference_generate(self, prompt: str, sampling: SamplingSettings, seed: int) -> list[int]:

@@ -1,0 +1,112 @@
+"""The Jacobi-family methods on the embedded model and on the toy model."""
+
+import pytest
+import torch
+
+from specviz.decoding import METHODS, run
+from specviz.decoding.sampling import gumbel_noise, maximal_coupling, nearest_tokens, residual
+from specviz.decoding.window import INIT_STRATEGIES
+from specviz.lossless import ToyModel, check_lossless
+from specviz.models.protocol import UnsupportedMethod
+from specviz.models.sampling import SamplingSettings, SettingsError
+from specviz.trace import Trace
+
+WINDOW_METHODS = [name for name, method in METHODS.items() if "window" in method.parameters]
+
+
+@pytest.mark.parametrize("method", WINDOW_METHODS)
+def test_every_method_completes_the_image_with_a_valid_trace(tiny, method):
+    trace = run(tiny, method, "red apple", seed=2, params={"window": 8})
+    assert len(trace.tokens) == 256 and trace.nfe == len(trace.iterations)
+    assert trace.lossless == METHODS[method].lossless
+    assert Trace.from_json(trace.to_json()) == trace  # the record passes full validation
+    windows = [it for it in trace.iterations if it.drafts]
+    assert all(len(it.drafts) <= 8 for it in windows)
+    assert all(it.accepted == len(it.drafts) or it.rejected_at == it.accepted for it in windows)
+
+
+@pytest.mark.parametrize("init", INIT_STRATEGIES)
+def test_sjd_initialisations_run_and_reproduce(tiny, init):
+    first = run(tiny, "sjd", "sun", seed=5, params={"init": init, "window": 16})
+    second = run(tiny, "sjd", "sun", seed=5, params={"init": init, "window": 16})
+    assert first.tokens == second.tokens and first.params["init"] == init
+
+
+@pytest.mark.parametrize("method", ["jacobi", "sjd", "scd-mc", "scd-gs"])
+def test_greedy_jacobi_family_reproduces_greedy_ar_exactly(tiny, method):
+    greedy = SamplingSettings(temperature=0, guidance_scale=3.0)
+    ar = run(tiny, "ar", "cat face", seed=0, sampling=greedy)
+    trace = run(tiny, method, "cat face", seed=9, sampling=greedy, params={"window": 16})
+    assert trace.tokens == ar.tokens and trace.lossless
+    assert trace.nfe < ar.nfe
+
+
+def test_window_of_one_and_a_window_past_the_end(tiny):
+    assert len(run(tiny, "sjd", "rocket", seed=0, params={"window": 1}).tokens) == 256
+    assert len(run(tiny, "scd-mc", "rocket", seed=0, params={"window": 128}).tokens) == 256
+
+
+@pytest.mark.parametrize(
+    "method, params, message",
+    [
+        ("sjd", {"window": 0}, "window must be an integer from 1 to 128"),
+        ("sjd", {"window": 129}, "window must be an integer from 1 to 128"),
+        ("sjd", {"init": "diagonal"}, "unknown initialisation 'diagonal'"),
+        ("ar", {"window": 4}, "method ar has no parameter window"),
+        ("lantern", {"delta": 2.0}, "delta is a total-variation budget"),
+        ("gsd", {"group_size": 0}, "group size must be a positive integer"),
+    ],
+)
+def test_out_of_range_method_parameters_are_refused(tiny, method, params, message):
+    with pytest.raises(SettingsError, match=message):
+        run(tiny, method, "sun", seed=0, params=params)
+
+
+def test_relaxed_methods_need_codebook_vectors():
+    model = ToyModel()
+    model.token_vectors = None
+    with pytest.raises(UnsupportedMethod, match="lantern needs the tokenizer's codebook vectors"):
+        run(model, "lantern", "x", seed=0)
+
+
+@pytest.mark.parametrize("method", ["lantern", "gsd"])
+def test_relaxed_methods_report_their_deviation(method):
+    report = check_lossless(method, samples=20_000, seed=3)
+    print(report.summary())
+    assert not report.matches and report.tv_distance > 0.01
+
+
+def test_gumbel_noise_is_a_function_of_key_and_position():
+    positions = torch.tensor([3, 7, 3])
+    noise = gumbel_noise(42, positions, 1024)
+    assert torch.equal(noise[0], noise[2]) and not torch.equal(noise[0], noise[1])
+    assert not torch.equal(noise[0], gumbel_noise(43, positions, 1024)[0])
+    many = gumbel_noise(1, torch.arange(200), 1024)
+    assert abs(many.mean().item() - 0.5772) < 0.01  # the Euler-Mascheroni constant: standard Gumbel mean
+    assert abs(many.var().item() - torch.pi**2 / 6) < 0.05
+
+
+def test_maximal_coupling_keeps_marginal_and_maximises_agreement():
+    p_new = torch.tensor([[0.5, 0.3, 0.2]]).expand(200_000, 3)
+    p_old = torch.tensor([[0.2, 0.3, 0.5]]).expand(200_000, 3)
+    generator = torch.Generator().manual_seed(0)
+    previous = torch.multinomial(p_old, 1, replacement=True, generator=generator).squeeze(1)
+    uniform = torch.rand(200_000, generator=generator)
+    coupled = maximal_coupling(p_new, p_old, previous, uniform, generator)
+    frequencies = torch.bincount(coupled, minlength=3) / 200_000
+    torch.testing.assert_close(frequencies, p_new[0], atol=5e-3, rtol=0)
+    agreement = (coupled == previous).float().mean().item()
+    assert abs(agreement - 0.7) < 5e-3  # 1 - TV(p_new, p_old) = 1 - 0.3
+
+
+def test_residual_falls_back_to_p_when_the_distributions_agree():
+    p = torch.tensor([[0.25, 0.75]])
+    torch.testing.assert_close(residual(p, p), p)
+    torch.testing.assert_close(
+        residual(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.7, 0.3]])), torch.tensor([[0.0, 1.0]])
+    )
+
+
+def test_nearest_tokens_excludes_itself_and_orders_by_distance():
+    vectors = torch.tensor([[0.0], [1.0], [3.0], [10.0]])
+    assert nearest_tokens(vectors, 2).tolist() == [[1, 2], [0, 2], [1, 0], [2, 1]]
