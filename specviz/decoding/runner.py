@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import torch
 
@@ -29,6 +28,71 @@ def check_prompt(prompt: str) -> str:
     return text
 
 
+class RunStream:
+    """One generation advanced iteration by iteration, so a UI can show it (or race it) live.
+
+    `elapsed` is this run's own compute time so far (prefill included), measured only while it
+    advances, so two streams interleaved on one device each keep their own honest clock.
+    """
+
+    def __init__(
+        self,
+        model: ImageModel,
+        method: str,
+        prompt: str,
+        seed: int,
+        sampling: SamplingSettings | None = None,
+        params: dict | None = None,
+    ):
+        self.spec = get_method(method)
+        self.model, self.method, self.seed = model, method, seed
+        self.prompt = check_prompt(prompt)
+        self.sampling = sampling or model.default_sampling
+        self.params = self.spec.resolve(params)
+        if "window" in self.params:
+            check_window(self.params["window"], self.params["init"])
+        generator = torch.Generator(device=model.device).manual_seed(seed)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            self.session = model.session(self.prompt, self.sampling.guidance_scale)
+        self.prefill_ms = (time.perf_counter() - started) * 1000
+        self.elapsed = self.prefill_ms / 1000
+        self.iterations: list[Iteration] = []
+        self.tokens: list[int] = []
+        self._steps = self.spec.decode(self.session, self.sampling, generator, **self.params)
+
+    def step(self) -> Iteration | None:
+        """Advance one iteration; None once the image is complete."""
+        started = time.perf_counter()
+        with torch.inference_mode():
+            iteration = next(self._steps, None)
+        self.elapsed += time.perf_counter() - started
+        if iteration is not None:
+            self.iterations.append(iteration)
+            self.tokens.extend(iteration.committed)
+        return iteration
+
+    def trace(self) -> Trace:
+        geometry = self.model.geometry
+        return Trace(
+            model=self.model.name,
+            method=self.method,
+            lossless=self.spec.is_lossless(self.sampling.greedy),
+            prompt=self.prompt,
+            seed=self.seed,
+            sampling=TraceSampling(**self.sampling.to_dict()),
+            params=self.params,
+            geometry=TraceGeometry(
+                rows=geometry.rows, cols=geometry.cols, vocab_size=geometry.vocab_size, layout=list(geometry.layout)
+            ),
+            tokens=self.tokens,
+            nfe=self.session.nfe,
+            seconds=self.elapsed,
+            prefill_ms=self.prefill_ms,
+            iterations=self.iterations,
+        )
+
+
 def run(
     model: ImageModel,
     method: str,
@@ -36,41 +100,9 @@ def run(
     seed: int,
     sampling: SamplingSettings | None = None,
     params: dict | None = None,
-    on_iteration: Callable[[Iteration], None] | None = None,
 ) -> Trace:
     """Generate one image with `method` and return its Trace; all randomness comes from `seed`."""
-    spec = get_method(method)
-    prompt = check_prompt(prompt)
-    sampling = sampling or model.default_sampling
-    params = spec.resolve(params)
-    if "window" in params:
-        check_window(params["window"], params["init"])
-    generator = torch.Generator(device=model.device).manual_seed(seed)
-    started = time.perf_counter()
-    session = model.session(prompt, sampling.guidance_scale)
-    prefill_ms = (time.perf_counter() - started) * 1000
-    iterations = []
-    with torch.inference_mode():
-        for iteration in spec.decode(session, sampling, generator, **params):
-            iterations.append(iteration)
-            if on_iteration is not None:
-                on_iteration(iteration)
-    seconds = time.perf_counter() - started
-    geometry = model.geometry
-    return Trace(
-        model=model.name,
-        method=method,
-        lossless=spec.is_lossless(sampling.greedy),
-        prompt=prompt,
-        seed=seed,
-        sampling=TraceSampling(**sampling.to_dict()),
-        params=params,
-        geometry=TraceGeometry(
-            rows=geometry.rows, cols=geometry.cols, vocab_size=geometry.vocab_size, layout=list(geometry.layout)
-        ),
-        tokens=[token for it in iterations for token in it.committed],
-        nfe=session.nfe,
-        seconds=seconds,
-        prefill_ms=prefill_ms,
-        iterations=iterations,
-    )
+    stream = RunStream(model, method, prompt, seed, sampling, params)
+    while stream.step() is not None:
+        pass
+    return stream.trace()

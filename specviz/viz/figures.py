@@ -1,0 +1,300 @@
+"""Plotly figures of a Trace: the Jacobi window, acceptance maps, per-iteration series, speedups.
+
+Every function is pure (trace in, figure out) so the UI, the CLI and the tests draw the same thing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz.trace import Trace
+from specviz.viz.analysis import MAP_KINDS, acceptance_maps, fates, grid_state, per_iteration, summary
+from specviz.viz.palette import LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, theme
+
+MAP_TITLES = {
+    "iteration": "iteration that committed each cell",
+    "run_length": "tokens committed together with each cell",
+    "redraws": "times each cell was drafted before it was fixed",
+}
+MAX_STRIP_TEXT = 64  # wider windows get no per-cell ratio text: it would not fit
+
+
+def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool) -> go.Figure:
+    """Apply the shared theme, title and fixed height."""
+    fig.update_layout(**theme(dark, large), title={"text": title}, height=height + (120 if large else 0))
+    return fig
+
+
+def _state_scale(dark: bool) -> list[list]:
+    """A stepped colour scale that maps state index k (0..len(STATES)-1) to that state's colour."""
+    palette = colors(dark)
+    scale = []
+    for k, state in enumerate(STATES):
+        scale += [[k / len(STATES), palette[state]], [(k + 1) / len(STATES), palette[state]]]
+    return scale
+
+
+def _state_heatmap(states: np.ndarray, hover: np.ndarray, dark: bool, **kwargs: object) -> go.Heatmap:
+    """A heatmap whose cells take the colour of their state, with a hover text per cell."""
+    index = {state: k for k, state in enumerate(STATES)}
+    z = np.vectorize(index.__getitem__, otypes=[int])(states)
+    return go.Heatmap(
+        z=z,
+        zmin=-0.5,
+        zmax=len(STATES) - 0.5,
+        colorscale=_state_scale(dark),
+        showscale=False,
+        customdata=hover,
+        hovertemplate="%{customdata}<extra></extra>",
+        xgap=1,
+        ygap=1,
+        **kwargs,
+    )
+
+
+def _window_title(trace: Trace, j: int) -> str:
+    """'iteration 12/40: 5 accepted, rejected at 5' and the variants without drafts or rejection."""
+    it = trace.iterations[j]
+    head = f"iteration {j}/{len(trace.iterations) - 1}"
+    if not it.drafts:
+        return f"{head}: no drafts, {len(it.committed)} token sampled"
+    if it.rejected_at is None:
+        bonus = len(it.committed) - it.accepted
+        return f"{head}: all {it.accepted} accepted" + (f", +{bonus} sampled after the window" if bonus else "")
+    return f"{head}: {it.accepted} accepted, rejected at {it.rejected_at}"
+
+
+def _ratio_text(ratio: float) -> str:
+    """An acceptance ratio in at most three characters ('.59', '1'), so it fits a narrow cell."""
+    return "1" if ratio >= 0.995 else f"{ratio:.2f}"[1:]
+
+
+def _outline(cells: np.ndarray, inset: float) -> tuple[list, list]:
+    """Closed rectangles around (row, col) cells, as one line trace's x and y (None between)."""
+    x: list = []
+    y: list = []
+    for row, col in cells:
+        left, right, top, bottom = col - 0.5 + inset, col + 0.5 - inset, row - 0.5 + inset, row + 0.5 - inset
+        x += [left, right, right, left, left, None]
+        y += [top, top, bottom, bottom, top, None]
+    return x, y
+
+
+def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -> go.Figure:
+    """The Jacobi window of iteration j on the grid and as a strip, coloured by draft fate."""
+    grid = grid_state(trace, j)  # raises a clear IndexError for a bad j
+    it = trace.iterations[j]
+    g = trace.geometry
+    end = it.start + len(it.committed)
+    offset_of = {it.start + i: i for i in range(len(it.drafts))}
+
+    def describe(position: int, state: str) -> str:
+        """Hover text of one sequence position."""
+        lines = [f"position {position}", f"state: {LABELS[state]}"]
+        if position in offset_of:
+            i = offset_of[position]
+            lines += [
+                f"draft token {it.drafts[i]} (offset {i})",
+                f"p_old {it.p_old[i]:.3f}  p_new {it.p_new[i]:.3f}  ratio {it.ratio[i]:.3f}",
+            ]
+        if position < end:
+            lines.append(f"token {trace.tokens[position]}" + (" (committed now)" if position >= it.start else ""))
+        return "<br>".join(lines)
+
+    grid_hover = np.vectorize(describe, otypes=[object])(grid.position, grid.state)
+    strip_states = np.array(fates(it), dtype=object).reshape(1, -1)
+    strip_hover = np.array([describe(it.start + i, s) for i, s in enumerate(strip_states[0])], dtype=object)
+
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        row_heights=[0.82, 0.18],
+        vertical_spacing=0.08,
+        subplot_titles=("", "window: acceptance ratio of each draft"),
+    )
+    fig.add_trace(_state_heatmap(grid.state, grid_hover, dark, name="grid"), row=1, col=1)
+    palette = colors(dark)
+    x, y = _outline(np.argwhere(grid.now), inset=0.08)
+    fig.add_trace(
+        go.Scatter(
+            x=x, y=y, mode="lines", line={"color": palette["outline"], "width": 3}, name=NOW_LABEL, hoverinfo="skip"
+        ),
+        row=1,
+        col=1,
+    )
+    width = len(it.drafts)
+    show_text = 0 < width <= MAX_STRIP_TEXT
+    fig.add_trace(
+        _state_heatmap(
+            strip_states,
+            strip_hover.reshape(1, -1),
+            dark,
+            name="window",
+            text=[[_ratio_text(r) for r in it.ratio]] if show_text else None,
+            texttemplate="%{text}" if show_text else None,
+            textfont={"color": "#000000", "size": int(np.clip(400 // max(width, 1), 8, 14))},
+        ),
+        row=2,
+        col=1,
+    )
+    for state in STATES:
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker={"symbol": "square", "size": 14, "color": palette[state]},
+                name=LABELS[state],
+            ),
+            row=1,
+            col=1,
+        )
+    fig.update_xaxes(showgrid=False, zeroline=False, row=1, col=1, range=[-0.5, g.cols - 0.5], constrain="domain")
+    fig.update_yaxes(
+        showgrid=False,
+        zeroline=False,
+        row=1,
+        col=1,
+        range=[g.rows - 0.5, -0.5],
+        scaleanchor="x",
+        constrain="domain",
+        title="row",
+    )
+    fig.update_xaxes(
+        showgrid=False,
+        zeroline=False,
+        row=2,
+        col=1,
+        range=[-0.5, max(width, 1) - 0.5],
+        showticklabels=bool(width),
+        title="offset in window" if width else None,
+    )
+    fig.update_yaxes(showgrid=False, zeroline=False, showticklabels=False, row=2, col=1, range=[0.5, -0.5])
+    if not width:
+        fig.add_annotation(
+            text="no drafts this iteration", x=0, y=0, xref="x2", yref="y2", showarrow=False, font={"size": 14}
+        )
+    fig.update_layout(legend={"orientation": "h", "y": -0.12, "x": 0.5, "xanchor": "center"})
+    return _finish(fig, _window_title(trace, j), 760, dark, large)
+
+
+def acceptance_map_figure(trace: Trace, kind: str, dark: bool = False, large: bool = False) -> go.Figure:
+    """One acceptance map over the grid: where runs were long, late, or drafted many times."""
+    if kind not in MAP_KINDS:
+        raise ValueError(f"unknown map {kind!r}; choose one of {', '.join(MAP_KINDS)}")
+    values = acceptance_maps(trace)[kind]
+    fig = go.Figure(
+        go.Heatmap(
+            z=values,
+            colorscale="Cividis",
+            colorbar={"title": {"text": kind.replace("_", " ")}},
+            hovertemplate=f"row %{{y}}, column %{{x}}<br>{kind.replace('_', ' ')} %{{z}}<extra></extra>",
+            xgap=1,
+            ygap=1,
+        )
+    )
+    g = trace.geometry
+    fig.update_xaxes(showgrid=False, zeroline=False, range=[-0.5, g.cols - 0.5], constrain="domain", title="column")
+    fig.update_yaxes(
+        showgrid=False, zeroline=False, range=[g.rows - 0.5, -0.5], scaleanchor="x", constrain="domain", title="row"
+    )
+    return _finish(fig, f"{trace.method}: {MAP_TITLES[kind]}", 560, dark, large)
+
+
+def accepted_length_figure(trace: Trace, dark: bool = False, large: bool = False) -> go.Figure:
+    """Tokens committed and drafts accepted per iteration: how far each pass got."""
+    series = per_iteration(trace)
+    palette = colors(dark)
+    x = np.arange(len(trace.iterations))
+    fig = go.Figure(
+        [
+            go.Bar(x=x, y=series["committed"], name="tokens committed", marker_color=palette["committed"]),
+            go.Bar(x=x, y=series["accepted"], name="drafts accepted", marker_color=palette["accepted"], width=0.5),
+        ]
+    )
+    mean = len(trace.tokens) / max(len(trace.iterations), 1)
+    fig.update_layout(barmode="overlay", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+    fig.update_xaxes(title="iteration")
+    fig.update_yaxes(title="tokens")
+    return _finish(fig, f"{trace.method}: {mean:.2f} tokens per iteration", 420, dark, large)
+
+
+def changed_figure(trace: Trace, dark: bool = False, large: bool = False) -> go.Figure:
+    """Carried drafts whose token changed between passes, against how many were carried."""
+    series = per_iteration(trace)
+    palette = colors(dark)
+    x = np.arange(len(trace.iterations))
+    fig = go.Figure(
+        [
+            go.Bar(x=x, y=series["changed"], name="drafts changed", marker_color=palette["redrawn"]),
+            go.Scatter(
+                x=x,
+                y=series["window"] - series["new_drafts"],
+                name="drafts carried over",
+                mode="lines",
+                line={"color": OKABE_ITO["blue"], "shape": "hvh", "width": 2},
+            ),
+        ]
+    )
+    fig.update_layout(legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+    fig.update_xaxes(title="iteration")
+    fig.update_yaxes(title="drafts")
+    return _finish(fig, f"{trace.method}: {int(series['changed'].sum())} draft changes in all", 420, dark, large)
+
+
+def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False) -> go.Figure:
+    """Model passes and seconds of the method next to AR on the same prompt and seed."""
+    numbers = summary(trace, ar)
+    palette = colors(dark)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("model passes (NFE)", "latency (seconds)"))
+    for col, (value, text) in enumerate([(lambda t: t.nfe, "{:d}"), (lambda t: t.seconds, "{:.2f} s")], start=1):
+        for run, color in ((ar, palette["committed"]), (trace, palette["accepted"])):
+            fig.add_trace(
+                go.Bar(
+                    x=[run.method],
+                    y=[value(run)],
+                    name=run.method,
+                    legendgroup=run.method,
+                    showlegend=col == 1,
+                    marker_color=color,
+                    text=[text.format(value(run))],
+                    textposition="outside",
+                    cliponaxis=False,
+                ),
+                row=1,
+                col=col,
+            )
+    title = (
+        f"{trace.method} vs {ar.method}: {numbers['step_compression']:.2f}x step compression, "
+        f"{numbers['latency_speedup']:.2f}x latency speedup"
+    )
+    return _finish(fig, title, 420, dark, large)
+
+
+def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False) -> go.Figure:
+    """Step compression and latency speedup of several methods; lossy ones hatched and labelled."""
+    labels = [row["method"] + ("" if row["lossless"] else " (lossy)") for row in rows]
+    hatch = ["" if row["lossless"] else "/" for row in rows]
+    fig = go.Figure(
+        [
+            go.Bar(
+                x=labels,
+                y=[row[key] for row in rows],
+                name=name,
+                marker={"color": color, "pattern": {"shape": hatch, "solidity": 0.4}},
+                text=[f"{row[key]:.2f}x" for row in rows],
+                textposition="outside",
+                cliponaxis=False,
+            )
+            for key, name, color in (
+                ("step_compression", "step compression (tokens per pass)", OKABE_ITO["blue"]),
+                ("latency_speedup", "latency speedup over AR", OKABE_ITO["orange"]),
+            )
+        ]
+    )
+    fig.add_hline(y=1.0, line_dash="dash", line_color=colors(dark)["committed"], annotation_text="AR = 1x")
+    fig.update_layout(barmode="group", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+    fig.update_yaxes(title="times AR", rangemode="tozero")
+    return _finish(fig, "methods against AR (hatched: lossy)", 460, dark, large)

@@ -1,0 +1,96 @@
+"""The app through gradio_client against a launched server: a run, a replay, bad input, two users."""
+
+import threading
+
+import numpy as np
+import pytest
+from gradio_client import Client, handle_file
+from PIL import Image
+
+from specviz.decoding import run
+from specviz.models.sampling import SamplingSettings
+from specviz.ui import show
+
+# model, method, prompt, seed, window, init, neighbours, delta, group size, temperature, top-k, top-p, guidance
+RACE = ["tiny", "sjd", "red apple", 3, 16, "random", 32, 0.2, 10, 1.0, 0, 1.0, 3.0]
+
+
+def _race(client: Client, **changes):
+    values = list(RACE)
+    names = ["model", "method", "prompt", "seed"]
+    for key, value in changes.items():
+        values[names.index(key)] = value
+    return client.predict(*values, api_name="/race")
+
+
+def _expected_image(tiny, method, prompt, seed) -> np.ndarray:
+    trace = run(
+        tiny,
+        method,
+        prompt,
+        seed,
+        SamplingSettings(guidance_scale=3.0),
+        {"window": 16, "init": "random"} if method != "ar" else None,
+    )
+    return np.asarray(show(tiny.decode(trace.tokens)))
+
+
+def test_a_race_shows_both_images_and_the_summary(server, tiny):
+    client = Client(server, verbose=False)
+    method_image, method_counter, ar_image, ar_counter, summary, iteration = _race(client)
+    assert "step compression" in summary and "latency speedup over AR" in summary
+    assert "256/256 tokens" in method_counter and "NFE 256" in ar_counter
+    shown = [np.asarray(Image.open(image).convert("RGB")) for image in (method_image, ar_image)]
+    assert np.array_equal(shown[0], _expected_image(tiny, "sjd", "red apple", 3))
+    assert np.array_equal(shown[1], _expected_image(tiny, "ar", "red apple", 3))
+    assert iteration["maximum"] >= 1  # the inspect slider spans the run's iterations
+
+
+def test_replay_of_a_saved_trace(server, tiny, tmp_path):
+    trace = run(tiny, "scd-mc", "sun", seed=1)
+    path = tmp_path / "trace.json"
+    trace.save(path)
+    client = Client(server, verbose=False)
+    status, _ = client.predict(handle_file(str(path)), False, False, api_name="/replay")
+    assert f"{len(trace.iterations)} iterations, NFE {trace.nfe}" in status and "scd-mc" in status
+
+
+def test_malformed_upload_gets_a_clear_message(server, tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"version": 1, "tokens": "nope"}')
+    client = Client(server, verbose=False)
+    with pytest.raises(Exception, match="invalid trace"):
+        client.predict(handle_file(str(path)), False, False, api_name="/replay")
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"prompt": "   "}, "the prompt is empty"),
+        ({"model": "dalle"}, "dalle is not in the list of choices"),
+        ({"seed": 1, "method": "nope"}, "nope is not in the list"),
+    ],
+)
+def test_bad_input_is_a_message_not_a_stack_trace(server, changes, message):
+    client = Client(server, verbose=False)
+    with pytest.raises(Exception, match=message) as raised:
+        _race(client, **changes)
+    assert "Traceback" not in str(raised.value)
+
+
+def test_two_users_at_once_get_their_own_runs(server, tiny):
+    results = {}
+
+    def user(name, prompt, seed):
+        results[name] = _race(Client(server, verbose=False), prompt=prompt, seed=seed)
+
+    threads = [threading.Thread(target=user, args=a) for a in (("a", "rocket", 1), ("b", "cat face", 2))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    image_a = np.asarray(Image.open(results["a"][0]).convert("RGB"))
+    image_b = np.asarray(Image.open(results["b"][0]).convert("RGB"))
+    assert np.array_equal(image_a, _expected_image(tiny, "sjd", "rocket", 1))
+    assert np.array_equal(image_b, _expected_image(tiny, "sjd", "cat face", 2))
+    assert not np.array_equal(image_a, image_b)

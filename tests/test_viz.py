@@ -1,0 +1,342 @@
+"""specviz.viz on hand-made traces whose every number is worked out below, no model needed.
+
+The main trace: a 2x4 grid with one forced layout token (7) after the first row, so 9 sequence
+positions; position 4 is the layout slot and positions 5..8 are cells 4..7. A window of 4:
+
+    it  start  drafts (positions)  accepted  rejected_at  new  changed  committed (positions)
+    0   0      -                   0         -            0    0        [1]        (0)
+    1   1      [2,3,5,6]  (1..4)   2         2            4    0        [2,3,4]    (1..3)
+    2   4      [7,1,2,3]  (4..7)   1         1            3    1        [7,5]      (4..5)
+    3   6      [6,0,1]    (6..8)   0         0            1    2        [2]        (6)
+    4   7      [3,4]      (7..8)   2         -            0    0        [3,4]      (7..8)
+"""
+
+import importlib.util
+import itertools
+
+import imageio.v3 as iio
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from PIL import Image
+
+from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
+from specviz.viz import (
+    STATES,
+    acceptance_map_figure,
+    acceptance_maps,
+    accepted_length_figure,
+    animation,
+    changed_figure,
+    colors,
+    committed_before,
+    comparison_figure,
+    fates,
+    frame,
+    grid_state,
+    per_iteration,
+    race_figure,
+    save_gif,
+    save_mp4,
+    summary,
+    theme,
+    tokens_through,
+    window_figure,
+)
+from specviz.viz.palette import LABELS, NOW_LABEL
+
+LAYOUT = [-1, -1, -1, -1, 7, -1, -1, -1, -1]
+TOKENS = [1, 2, 3, 4, 7, 5, 2, 3, 4]
+
+
+def _trace(iterations: list[Iteration], layout: list[int], rows: int, cols: int, **fields) -> Trace:
+    tokens = [t for it in iterations for t in it.committed]
+    return Trace(
+        model="synthetic",
+        method=fields.pop("method", "sjd"),
+        lossless=True,
+        prompt="test",
+        seed=0,
+        sampling=TraceSampling(temperature=1.0, top_k=None, top_p=1.0, guidance_scale=0.0),
+        geometry=TraceGeometry(rows=rows, cols=cols, vocab_size=8, layout=layout),
+        tokens=tokens,
+        nfe=fields.pop("nfe", len(iterations)),
+        seconds=fields.pop("seconds", 0.5),
+        iterations=iterations,
+    )
+
+
+def _window(start, drafts, accepted, new_drafts, changed, committed, ratio) -> Iteration:
+    rejected = accepted < len(drafts)
+    return Iteration(
+        start=start,
+        drafts=drafts,
+        p_old=[0.5] * len(drafts),
+        p_new=[r / 2 for r in ratio],
+        ratio=ratio,
+        accepted=accepted,
+        rejected_at=accepted if rejected else None,
+        resampled=committed[-1] if rejected else None,
+        new_drafts=new_drafts,
+        changed=changed,
+        committed=committed,
+        forward_ms=10.0,
+        verify_ms=1.0,
+    )
+
+
+@pytest.fixture(scope="module")
+def trace() -> Trace:
+    return _trace(
+        [
+            Iteration(start=0, committed=[1], forward_ms=0.0),
+            _window(1, [2, 3, 5, 6], 2, 4, 0, [2, 3, 4], [0.5, 1.0, 0.25, 0.125]),
+            _window(4, [7, 1, 2, 3], 1, 3, 1, [7, 5], [1.0, 0.0, 0.5, 0.5]),
+            _window(6, [6, 0, 1], 0, 1, 2, [2], [0.25, 0.75, 1.0]),
+            _window(7, [3, 4], 2, 0, 0, [3, 4], [1.0, 0.875]),
+        ],
+        LAYOUT,
+        rows=2,
+        cols=4,
+    )
+
+
+@pytest.fixture(scope="module")
+def ar() -> Trace:
+    its = [Iteration(start=i, committed=[t], forward_ms=5.0) for i, t in enumerate(TOKENS)]
+    return _trace(its, LAYOUT, rows=2, cols=4, method="ar", seconds=1.5)
+
+
+@pytest.fixture(scope="module")
+def bonus() -> Trace:
+    """A 1x3 grid whose one-draft window is accepted whole, so a token is sampled after it."""
+    return _trace(
+        [Iteration(start=0, committed=[1], forward_ms=0.0), _window(1, [2], 1, 1, 0, [2, 6], [0.9])],
+        [-1, -1, -1],
+        rows=1,
+        cols=3,
+    )
+
+
+def test_trace_is_the_one_in_the_docstring(trace):
+    assert trace.tokens == TOKENS
+
+
+def test_fates(trace):
+    assert [fates(it) for it in trace.iterations] == [
+        [],
+        ["accepted", "accepted", "rejected", "new"],
+        ["accepted", "rejected", "new", "new"],
+        ["rejected", "redrawn", "new"],
+        ["accepted", "accepted"],
+    ]
+
+
+def test_committed_before_and_tokens_through(trace):
+    assert [committed_before(trace, j) for j in range(6)] == [0, 1, 4, 6, 7, 9]
+    assert tokens_through(trace, 0) == [1]
+    assert tokens_through(trace, 1) == [1, 2, 3, 4]
+    assert tokens_through(trace, 2) == [1, 2, 3, 4, 7, 5]
+    assert tokens_through(trace, 4) == TOKENS
+    with pytest.raises(IndexError):
+        tokens_through(trace, 5)
+    with pytest.raises(IndexError):
+        committed_before(trace, -1)
+
+
+def test_acceptance_maps(trace):
+    maps = acceptance_maps(trace)
+    assert maps["iteration"].tolist() == [[0, 1, 1, 1], [2, 3, 4, 4]]
+    assert maps["run_length"].tolist() == [[1, 3, 3, 3], [2, 1, 2, 2]]
+    # position 4 (layout) was drafted once before being fixed, but it is not a cell; position 7 twice
+    assert maps["redraws"].tolist() == [[0, 0, 0, 0], [0, 1, 2, 1]]
+
+
+def test_acceptance_maps_of_a_partial_trace(trace):
+    partial = trace.model_copy(update={"iterations": trace.iterations[:2], "tokens": TOKENS[:4]})
+    maps = acceptance_maps(partial)
+    assert maps["iteration"][0].tolist() == [0, 1, 1, 1]
+    assert np.isnan(maps["iteration"][1]).all() and np.isnan(maps["redraws"][1]).all()
+
+
+def test_grid_state(trace, bonus):
+    grid = grid_state(trace, 2)
+    assert grid.state.tolist() == [
+        ["committed"] * 4,
+        ["rejected", "new", "new", "pending"],
+    ]
+    assert grid.position.tolist() == [[0, 1, 2, 3], [5, 6, 7, 8]]
+    assert grid.now.tolist() == [[False] * 4, [True, False, False, False]]  # position 4 is no cell
+    # the token sampled after a fully accepted window has no fate: committed, and flagged as new
+    after = grid_state(bonus, 1)
+    assert after.state.tolist() == [["committed", "accepted", "committed"]]
+    assert after.now.tolist() == [[False, True, True]]
+
+
+def test_per_iteration(trace):
+    series = per_iteration(trace)
+    assert series["accepted"].tolist() == [0, 2, 1, 0, 2]
+    assert series["committed"].tolist() == [1, 3, 2, 1, 2]
+    assert series["changed"].tolist() == [0, 0, 1, 2, 0]
+    assert series["window"].tolist() == [0, 4, 4, 3, 2]
+    assert series["forward_ms"].tolist() == [0.0, 10.0, 10.0, 10.0, 10.0]
+    assert series["verify_ms"].tolist() == [0.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_summary(trace, ar):
+    alone = summary(trace)
+    assert alone["tokens"] == 9 and alone["nfe"] == 5
+    assert alone["step_compression"] == pytest.approx(1.8)
+    assert "latency_speedup" not in alone
+    against = summary(trace, ar)
+    assert against["latency_speedup"] == pytest.approx(3.0)
+    assert against["nfe_ratio"] == pytest.approx(1.8)
+
+
+def test_theme():
+    assert theme() == {
+        "template": "plotly_white",
+        "font": {"size": 14, "color": "#222222"},
+        "paper_bgcolor": "#FFFFFF",
+        "plot_bgcolor": "#FFFFFF",
+    }
+    dark = theme(dark=True, large=True)
+    assert dark["template"] == "plotly_dark" and dark["font"]["size"] == 22
+    assert dark["paper_bgcolor"] == "#111111"
+
+
+def _state_index(state: str) -> int:
+    return STATES.index(state)
+
+
+def test_window_figure(trace):
+    fig = window_figure(trace, 1)
+    assert isinstance(fig, go.Figure)
+    assert fig.layout.title.text == "iteration 1/4: 2 accepted, rejected at 2"
+    grid, outline, strip, *legend = fig.data
+    assert len(fig.data) == 3 + len(STATES)
+    a, r, n, c, p = (_state_index(s) for s in ("accepted", "rejected", "new", "committed", "pending"))
+    assert np.asarray(grid.z).tolist() == [[c, a, a, r], [p, p, p, p]]  # position 4 (new) is no cell
+    assert np.asarray(strip.z).tolist() == [[a, a, r, n]]
+    assert np.asarray(strip.text).tolist() == [[".50", "1", ".25", ".12"]]
+    assert "ratio 0.250" in strip.customdata[0][2] and "token 4 (committed now)" in strip.customdata[0][2]
+    # three committed cells, each a closed rectangle of five points and a break
+    assert len(outline.x) == 18 and outline.name == NOW_LABEL
+    assert [t.name for t in legend] == [LABELS[s] for s in STATES]
+    assert all(t.showlegend is not False for t in legend)
+    palette = colors()
+    assert [t.marker.color for t in legend] == [palette[s] for s in STATES]
+
+
+def test_window_figure_maps_states_to_their_colours(trace):
+    strip = window_figure(trace, 3, dark=True).data[2]
+    palette = colors(dark=True)
+    scale = strip.colorscale
+    for z in np.asarray(strip.z).ravel():  # the colour band holding z (its range is -0.5..K-0.5)
+        fraction = (z + 0.5) / len(STATES)
+        band = next(color for (low, color), (high, _) in itertools.pairwise(scale) if low <= fraction <= high)
+        assert band == palette[STATES[z]]
+    assert sorted({STATES[z] for z in np.asarray(strip.z).ravel()}) == ["new", "redrawn", "rejected"]
+
+
+def test_window_figure_titles(trace, bonus):
+    assert window_figure(trace, 0).layout.title.text == "iteration 0/4: no drafts, 1 token sampled"
+    assert window_figure(trace, 4).layout.title.text == "iteration 4/4: all 2 accepted"
+    assert window_figure(bonus, 1).layout.title.text == "iteration 1/1: all 1 accepted, +1 sampled after the window"
+    with pytest.raises(IndexError):
+        window_figure(trace, 5)
+
+
+def test_acceptance_map_figure(trace):
+    for kind in ("iteration", "run_length", "redraws"):
+        fig = acceptance_map_figure(trace, kind, dark=True)
+        (heatmap,) = fig.data
+        assert np.array_equal(np.asarray(heatmap.z), acceptance_maps(trace)[kind], equal_nan=True)
+        assert heatmap.colorbar.title.text == kind.replace("_", " ")
+        assert fig.layout.yaxis.range[0] > fig.layout.yaxis.range[1]  # row 0 at the top
+        assert fig.layout.yaxis.scaleanchor == "x"
+        assert fig.layout.paper_bgcolor == "#111111"
+    with pytest.raises(ValueError, match="unknown map"):
+        acceptance_map_figure(trace, "depth")
+
+
+def test_series_figures(trace):
+    committed, accepted = accepted_length_figure(trace).data
+    assert list(committed.y) == [1, 3, 2, 1, 2] and list(accepted.y) == [0, 2, 1, 0, 2]
+    changed, carried = changed_figure(trace, large=True).data
+    assert list(changed.y) == [0, 0, 1, 2, 0]
+    assert list(carried.y) == [0, 0, 1, 2, 2]  # drafts in the window that were not new
+    assert changed_figure(trace, large=True).layout.font.size == 22
+
+
+def test_race_figure(trace, ar):
+    fig = race_figure(trace, ar)
+    assert len(fig.data) == 4
+    assert [(bar.x[0], bar.y[0]) for bar in fig.data] == [("ar", 9), ("sjd", 5), ("ar", 1.5), ("sjd", 0.5)]
+    assert fig.layout.title.text == "sjd vs ar: 1.80x step compression, 3.00x latency speedup"
+
+
+def test_comparison_figure():
+    rows = [
+        {"method": "sjd", "step_compression": 2.0, "latency_speedup": 1.5, "lossless": True},
+        {"method": "gsd", "step_compression": 3.0, "latency_speedup": 2.5, "lossless": False},
+    ]
+    compression, speedup = comparison_figure(rows).data
+    assert list(compression.x) == ["sjd", "gsd (lossy)"]
+    assert list(compression.y) == [2.0, 3.0] and list(speedup.y) == [1.5, 2.5]
+    assert list(speedup.marker.pattern.shape) == ["", "/"]
+
+
+def test_frame_colours_and_size(trace):
+    red = Image.new("RGB", (8, 4), (255, 0, 0))  # twice the grid's size: scaled to the display size
+    image = frame(trace, 1, red, scale=16)
+    assert image.width % 16 == 0 and image.height % 16 == 0
+    # layout at scale 16: pad 8, caption line 24, image panel 64x32 at (8, 32), grid at (80, 32)
+    assert image.getpixel((8 + 4, 32 + 4)) == (255, 0, 0)
+    assert image.getpixel((8 + 63, 32 + 31)) == (255, 0, 0)
+
+    def cell(row: int, col: int) -> str:
+        pixel = image.getpixel((80 + col * 16 + 7, 32 + row * 16 + 7))
+        return "#{:02X}{:02X}{:02X}".format(*pixel)
+
+    palette = colors()
+    assert [cell(0, c) for c in range(4)] == [palette[s] for s in ("committed", "accepted", "accepted", "rejected")]
+    assert cell(1, 0) == palette["pending"]
+    # the committed cells are outlined, the earlier one is not
+    assert image.getpixel((80 + 16, 32)) == (0x22, 0x22, 0x22)
+    assert "#{:02X}{:02X}{:02X}".format(*image.getpixel((80, 32))) == palette["committed"]
+
+
+def test_frame_dark_without_image(trace):
+    image = frame(trace, 3, None, scale=8, dark=True)
+    assert image.getpixel((0, 0)) == (0x11, 0x11, 0x11)
+
+
+def test_animation_and_gif(trace, tmp_path):
+    frames = animation(trace, [None] * 5, scale=8)
+    assert len(frames) == 5 and len({f.size for f in frames}) == 1
+    path = tmp_path / "run.gif"
+    save_gif(frames, path, fps=4)
+    with Image.open(path) as gif:
+        assert gif.format == "GIF" and gif.n_frames == 5 and gif.size == frames[0].size
+        assert gif.info["duration"] == 250
+    with pytest.raises(ValueError, match="one per iteration"):
+        animation(trace, [None] * 4)
+    with pytest.raises(ValueError, match="no frames"):
+        save_gif([], path)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("imageio_ffmpeg") is None, reason="needs imageio-ffmpeg")
+def test_mp4(trace, tmp_path):
+    frames = animation(trace, [None] * 5, scale=8)
+    path = tmp_path / "run.mp4"
+    save_mp4(frames, path, fps=5)
+    video = iio.imread(path, plugin="FFMPEG")
+    assert video.shape == (5, frames[0].height, frames[0].width, 3)
+    assert iio.immeta(path, plugin="FFMPEG")["fps"] == 5
+
+
+def test_mp4_without_imageio_ffmpeg(trace, tmp_path, monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RuntimeError, match="pip install imageio-ffmpeg"):
+        save_mp4(animation(trace, [None] * 5, scale=8), tmp_path / "run.mp4")
