@@ -31,7 +31,7 @@ def test_lossless_methods_match_exact_ar(method, params):
 
 def test_sjd_without_the_residual_is_caught(monkeypatch):
     """Resampling a rejected position from p_new instead of norm(max(0, p_new - p_old)) biases it."""
-    monkeypatch.setattr("specviz.decoding.sjd.residual", lambda p_new, p_old: p_new)
+    monkeypatch.setattr("specviz.decoding.sampling.residual", lambda p_new, p_old: p_new)
     report = check_lossless("sjd", samples=SAMPLES, seed=11)
     print(report.summary())
     assert not report.matches and report.p_value < 1e-6

@@ -98,3 +98,11 @@ def nearest_tokens(vectors: torch.Tensor, count: int, chunk: int = 4096) -> torc
         distance[torch.arange(len(part)), torch.arange(start, start + len(part))] = float("inf")  # not itself
         rows.append(distance.topk(count, dim=1, largest=False).indices)
     return torch.cat(rows)
+
+
+def next_exact_token(p: torch.Tensor, q: torch.Tensor, accepted: int, generator: torch.Generator) -> torch.Tensor:
+    """The token fixed after `accepted` drafts: a residual draw at the first rejection, or, when the
+    whole window was accepted, a draw from the row after it. Either is an exact sample of p."""
+    if accepted < len(q):
+        return sample(residual(p[accepted : accepted + 1], q[accepted : accepted + 1]), generator)
+    return sample(p[accepted : accepted + 1], generator)

@@ -18,8 +18,7 @@ from specviz.decoding.sampling import (
     gumbel_argmax,
     gumbel_noise,
     leading_true,
-    residual,
-    sample,
+    next_exact_token,
     token_probs,
 )
 from specviz.decoding.window import JacobiWindow
@@ -46,10 +45,7 @@ def decode(
         p_old, p_new = token_probs(draft_probs, drafts), token_probs(p[:w], drafts)
         ratio = acceptance_ratio(p_new, p_old)
         accepted = leading_true(torch.rand(w, generator=generator, device=p.device) < ratio)
-        if accepted < w:
-            head = sample(residual(p[accepted : accepted + 1], draft_probs[accepted : accepted + 1]), generator)
-        else:
-            head = sample(p[w:], generator)
+        head = next_exact_token(p, draft_probs, accepted, generator)
         first_carried = state.head_position + 1 + min(accepted + 1, w)
         positions = torch.arange(first_carried, state.head_position + 1 + w, device=p.device)
         yield state.advance(

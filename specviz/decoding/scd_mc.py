@@ -14,7 +14,13 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.sampling import acceptance_ratio, leading_true, maximal_coupling, residual, sample, token_probs
+from specviz.decoding.sampling import (
+    acceptance_ratio,
+    leading_true,
+    maximal_coupling,
+    next_exact_token,
+    token_probs,
+)
 from specviz.decoding.window import JacobiWindow
 from specviz.models.protocol import Session
 from specviz.models.sampling import SamplingSettings
@@ -34,10 +40,7 @@ def decode(
         ratio = acceptance_ratio(p_new, p_old)
         uniform = torch.rand(w, generator=generator, device=p.device)
         accepted = leading_true(uniform < ratio)
-        if accepted < w:
-            head = sample(residual(p[accepted : accepted + 1], draft_probs[accepted : accepted + 1]), generator)
-        else:
-            head = sample(p[w:], generator)
+        head = next_exact_token(p, draft_probs, accepted, generator)
         rest = slice(accepted + 1, w)
         coupled = maximal_coupling(p[rest], draft_probs[rest], drafts[rest], uniform[rest], generator)
         yield state.advance(

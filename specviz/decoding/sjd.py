@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.sampling import acceptance_ratio, leading_true, residual, sample, token_probs
+from specviz.decoding.sampling import acceptance_ratio, leading_true, next_exact_token, sample, token_probs
 from specviz.decoding.window import JacobiWindow
 from specviz.models.protocol import Session
 from specviz.models.sampling import SamplingSettings
@@ -36,10 +36,7 @@ def decode(
         p_old, p_new = token_probs(draft_probs, drafts), token_probs(p[:w], drafts)
         ratio = acceptance_ratio(p_new, p_old)
         accepted = leading_true(torch.rand(w, generator=generator, device=p.device) < ratio)
-        if accepted < w:
-            head = sample(residual(p[accepted : accepted + 1], draft_probs[accepted : accepted + 1]), generator)
-        else:
-            head = sample(p[w:], generator)  # all accepted: the row after the window is exact
+        head = next_exact_token(p, draft_probs, accepted, generator)
         yield state.advance(
             accepted,
             head,
