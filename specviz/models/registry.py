@@ -32,12 +32,52 @@ def _tiny_offline() -> str | None:
     return f"missing {', '.join(missing)} in {ASSETS}" if missing else None
 
 
+def _janus_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+    from specviz.models.janus import JanusProModel
+
+    return JanusProModel.load(weights, device)
+
+
+def _janus_offline() -> str | None:
+    from specviz.models.hub import offline_reason
+    from specviz.models.janus import ENV_VAR, HUB_ID
+
+    return offline_reason(ENV_VAR, HUB_ID)
+
+
+def _emu3_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+    from specviz.models.emu3 import Emu3Model
+
+    return Emu3Model.load(weights, device)
+
+
+def _emu3_offline() -> str | None:
+    from specviz.models.emu3 import ENV_VAR, HUB_ID
+    from specviz.models.hub import offline_reason
+
+    return offline_reason(ENV_VAR, HUB_ID)
+
+
 MODELS: dict[str, ModelEntry] = {
     "tiny": ModelEntry(
         "tiny",
         "embedded 12M-parameter text-to-emoji Llama over 1024 patch codes, 16x16 grid (OpenMoji, CC BY-SA 4.0)",
         _tiny_load,
         _tiny_offline,
+    ),
+    "janus-pro": ModelEntry(
+        "janus-pro",
+        "Janus-Pro 1B (7B: --weights deepseek-community/Janus-Pro-7B), 384 px, 24x24 grid over 16384 codes, "
+        "guidance 5; transformers weights, a GPU recommended",
+        _janus_load,
+        _janus_offline,
+    ),
+    "emu3": ModelEntry(
+        "emu3",
+        "Emu3-Gen 8B, 720 px, 90x90 grid with an end-of-line slot after every row, 32768 codes, top-k 2048, "
+        "guidance 3; transformers weights, a GPU with about 22 GiB",
+        _emu3_load,
+        _emu3_offline,
     ),
 }
 

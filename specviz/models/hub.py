@@ -1,0 +1,146 @@
+"""Loading the transformers-based families: weights from a local folder or a hub id, never remote code.
+
+Shared by the Janus-Pro and Emu3 adapters: where the weights are (`--weights`, an environment
+variable, or the release's hub id), whether they can load with no network, bf16 on CUDA and float32
+on CPU, a GPU-memory estimate from the parameter count before anything is loaded, and errors that
+say what to pass. Also the pixel helpers both decoders share.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from specviz.models.errors import ModelUnavailable
+
+GIB = 1024**3
+BLANK = 224  # grey of cells not generated yet, as in the tiny model
+# bf16 weights plus room for activations, the KV cache of two guidance rows and the allocator
+MEMORY_OVERHEAD = 1.15
+MEMORY_MARGIN_GIB = 2.0
+
+
+def resolve_weights(weights: str | os.PathLike | None, env_var: str, default_id: str) -> str:
+    """`--weights` if given, else the folder named by `env_var`, else the release's hub id."""
+    if weights:
+        return str(weights)
+    return os.environ.get(env_var) or default_id
+
+
+def looks_like_path(weights: str) -> bool:
+    """A folder rather than a hub id ("namespace/name")."""
+    return weights.startswith((".", "/", "~")) or weights.count("/") > 1 or "\\" in weights or Path(weights).exists()
+
+
+def offline_reason(env_var: str, default_id: str) -> str | None:
+    """None when the weights can load with no network (a local folder, or the hub cache), else why not."""
+    local = os.environ.get(env_var)
+    if local:
+        if (Path(local).expanduser() / "config.json").is_file():
+            return None
+        return f"{env_var}={local} has no config.json"
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = [try_to_load_from_cache(default_id, name) for name in ("config.json", "model.safetensors.index.json")]
+        single = try_to_load_from_cache(default_id, "model.safetensors")
+        if isinstance(cached[0], str) and (isinstance(cached[1], str) or isinstance(single, str)):
+            return None
+    except Exception:  # a broken cache is the same as none
+        pass
+    return f"needs the weights of {default_id}: pass --weights with a local folder or hub id, or set {env_var}"
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def _unavailable(name: str, weights: str, error: Exception, default_id: str) -> ModelUnavailable:
+    where = f"local folder {weights}" if looks_like_path(weights) else f"hub id {weights}"
+    return ModelUnavailable(
+        f"{name}: cannot load weights from {where} ({str(error).splitlines()[0]}); "
+        f"download {default_id} where you have network and pass its folder with --weights PATH, "
+        f"or pass another hub id with --weights"
+    )
+
+
+def check_gpu_memory(name: str, model_cls, config, device: torch.device, smaller: str | None = None) -> None:
+    """Refuse early, with the amount needed, when the GPU cannot hold the model in bf16."""
+    if device.type != "cuda":
+        return
+    with torch.device("meta"):
+        skeleton = model_cls._from_config(config)
+    parameters = sum(p.numel() for p in skeleton.parameters())
+    needed = parameters * 2 * MEMORY_OVERHEAD / GIB + MEMORY_MARGIN_GIB
+    free, total = torch.cuda.mem_get_info(device)
+    if needed > free / GIB:
+        hint = f"; try a smaller variant (--weights {smaller})" if smaller else ""
+        raise ModelUnavailable(
+            f"{name}: needs about {needed:.1f} GiB of GPU memory in bf16 ({parameters / 1e9:.2f}B parameters), "
+            f"but {device} has {free / GIB:.1f} GiB free of {total / GIB:.1f} GiB{hint}, or use --device cpu"
+        )
+
+
+def load_pretrained(
+    name: str,
+    model_cls,
+    weights: str | os.PathLike | None,
+    device: str | torch.device,
+    *,
+    default_id: str,
+    env_var: str,
+    smaller: str | None = None,
+):
+    """(model, processor) from a local folder or hub id, in eval mode on `device`; never remote code."""
+    from transformers import AutoConfig, AutoProcessor
+
+    device = torch.device(device)
+    source = resolve_weights(weights, env_var, default_id)
+    if looks_like_path(source):
+        folder = Path(source).expanduser()
+        if not (folder / "config.json").is_file():
+            raise ModelUnavailable(
+                f"{name}: no config.json in {folder}; pass --weights with a folder holding the transformers "
+                f"checkpoint of {default_id} (config.json, safetensors, processor files)"
+            )
+        source = str(folder)
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except (OSError, ValueError) as error:
+        raise _unavailable(name, source, error, default_id) from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelUnavailable(f"{name}: device {device} requested but CUDA is not available; use --device cpu")
+    check_gpu_memory(name, model_cls, config, device, smaller)
+    try:
+        processor = AutoProcessor.from_pretrained(source, trust_remote_code=False)
+        model = model_cls.from_pretrained(source, dtype=default_dtype(device), trust_remote_code=False)
+    except (OSError, ValueError) as error:
+        raise _unavailable(name, source, error, default_id) from error
+    return model.to(device).eval().requires_grad_(False), processor
+
+
+def normalisation(processor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) per channel the image processor normalises with; 0.5 when there is none."""
+    image_processor = getattr(processor, "image_processor", None)
+    mean = getattr(image_processor, "image_mean", None) or (0.5, 0.5, 0.5)
+    std = getattr(image_processor, "image_std", None) or (0.5, 0.5, 0.5)
+    return torch.tensor(mean, dtype=torch.float32), torch.tensor(std, dtype=torch.float32)
+
+
+def to_image(
+    pixels: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, generated: torch.Tensor | None = None
+) -> Image.Image:
+    """(C, H, W) normalised pixels -> RGB image; cells where `generated` (rows, cols) is False are blank."""
+    pixels = pixels.detach().float().cpu()
+    pixels = pixels * std.view(-1, 1, 1) + mean.view(-1, 1, 1)
+    array = (pixels.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)
+    if generated is not None:
+        rows, cols = generated.shape
+        scale_y, scale_x = array.shape[0] // rows, array.shape[1] // cols
+        mask = generated.cpu().repeat_interleave(scale_y, 0).repeat_interleave(scale_x, 1)
+        array[~mask] = BLANK
+    return Image.fromarray(np.ascontiguousarray(array.numpy()))
