@@ -58,6 +58,48 @@ def _emu3_offline() -> str | None:
     return offline_reason(ENV_VAR, HUB_ID)
 
 
+def _anole_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+    from specviz.models.chameleon import AnoleModel
+
+    return AnoleModel.load(weights, device)
+
+
+def _anole_offline() -> str | None:
+    from specviz.models.chameleon import AnoleModel
+
+    return AnoleModel.offline()
+
+
+def _lumina_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+    from specviz.models.chameleon import LuminaMGPTModel
+
+    return LuminaMGPTModel.load(weights, device)
+
+
+def _lumina_offline() -> str | None:
+    from specviz.models.chameleon import LuminaMGPTModel
+
+    return LuminaMGPTModel.offline()
+
+
+def _llamagen_load(variant: str) -> Callable[..., ImageModel]:
+    def load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+        from specviz.models.llamagen import LlamaGenModel
+
+        return LlamaGenModel.load(weights, device, variant=variant)
+
+    return load
+
+
+def _llamagen_offline(variant: str) -> Callable[[], str | None]:
+    def offline() -> str | None:
+        from specviz.models.llamagen import offline_reason
+
+        return offline_reason(variant)
+
+    return offline
+
+
 MODELS: dict[str, ModelEntry] = {
     "tiny": ModelEntry(
         "tiny",
@@ -78,6 +120,35 @@ MODELS: dict[str, ModelEntry] = {
         "guidance 3; transformers weights, a GPU with about 22 GiB",
         _emu3_load,
         _emu3_offline,
+    ),
+    "anole": ModelEntry(
+        "anole",
+        "Anole 7B (Chameleon), 512 px, 32x32 grid over 8192 codes, temperature 0.7, top-p 0.9, guidance 3; "
+        "transformers weights plus the Chameleon tokenizer's vqgan.ckpt, a GPU with about 18 GiB",
+        _anole_load,
+        _anole_offline,
+    ),
+    "lumina-mgpt": ModelEntry(
+        "lumina-mgpt",
+        "Lumina-mGPT 7B (Chameleon), 768 px, 48x48 grid with a row-end slot after every row, 8192 codes, "
+        "top-k 2000, guidance 3; transformers weights plus the Chameleon tokenizer's vqgan.ckpt, a GPU with "
+        "about 18 GiB",
+        _lumina_load,
+        _lumina_offline,
+    ),
+    "llamagen-c2i": ModelEntry(
+        "llamagen-c2i",
+        "LlamaGen-L class-conditional ImageNet (343M, c2i_L_256.pt + vq_ds16_c2i.pt), 256 px, 16x16 grid over "
+        "16384 codes; prompt = class index or name; release defaults top-k 2000, guidance 4, temperature 1",
+        _llamagen_load("c2i"),
+        _llamagen_offline("c2i"),
+    ),
+    "llamagen-t2i": ModelEntry(
+        "llamagen-t2i",
+        "LlamaGen-XL text-to-image (775M, t2i_XL_stage1_256.pt + vq_ds16_t2i.pt, FLAN-T5-XL text features), "
+        "256 px, 16x16 grid over 16384 codes; release defaults top-k 1000, guidance 7.5",
+        _llamagen_load("t2i"),
+        _llamagen_offline("t2i"),
     ),
 }
 
