@@ -120,7 +120,10 @@ def command_bench(args: argparse.Namespace) -> int:
         raise UsageError("--seeds must be at least 1")
     model = load_model(args.model, args.weights, args.device)
     params = {name: _method_params(args, name) for name in methods}
-    report = bench(model, methods, prompts, range(args.seeds), _sampling(args, model.default_sampling), params)
+    sampling = _sampling(args, model.default_sampling)
+    report = bench(
+        model, methods, prompts, range(args.seeds), sampling, params, compare_generate=not args.skip_generate
+    )
     print(report.markdown())
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
@@ -165,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_parser.add_argument("--prompts", help="text file, one prompt per line (default: the shipped set)")
     bench_parser.add_argument("--seeds", type=int, default=2, help="seeds 0..K-1 per prompt (default 2)")
     bench_parser.add_argument("--json", help="also write the results to this JSON file")
+    bench_parser.add_argument(
+        "--skip-generate", action="store_true", help="skip timing our AR loop against transformers' generate()"
+    )
     _method_arguments(bench_parser)
     _sampling_arguments(bench_parser)
     bench_parser.set_defaults(handler=command_bench)
