@@ -221,7 +221,7 @@ def build() -> gr.Blocks:
                     temperature = gr.Slider(0.0, 2.0, value=1.0, step=0.05, label="Temperature (0 = greedy)")
                     top_k = gr.Number(value=0, precision=0, minimum=0, label="Top-k (0 = off)")
                     top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="Top-p")
-                    guidance = gr.Slider(0.0, 10.0, value=3.0, step=0.5, label="Guidance scale (1 = off)")
+                    guidance = gr.Slider(0.0, 10.0, value=1.5, step=0.5, label="Guidance scale (1 = off)")
                 with gr.Row():
                     large = gr.Checkbox(False, label="Large type")
                     dark = gr.Checkbox(False, label="Dark")

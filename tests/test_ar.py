@@ -13,7 +13,8 @@ def test_same_seed_same_tokens(tiny):
 
 
 def test_different_seeds_different_images(tiny):
-    images = [np.asarray(tiny.decode(run(tiny, "ar", "red apple", seed=s).tokens)) for s in (1, 2)]
+    # a free-text prompt: for a training caption the model has memorised its emoji almost exactly
+    images = [np.asarray(tiny.decode(run(tiny, "ar", "a smiling cat", seed=s).tokens)) for s in (1, 2)]
     assert not np.array_equal(images[0], images[1])
 
 

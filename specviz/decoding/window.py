@@ -190,7 +190,9 @@ class JacobiWindow:
         position_tensor = torch.tensor(positions, device=self.device)
         if self.init.startswith("sample"):
             sources = self.left if self.init == "sample-left" else self.above
-            rows = [min(sources[pos], self.known_upto) for pos in positions]
+            # the neighbour's latest distribution; a slot without a neighbour (or whose neighbour has not
+            # been computed yet) uses the latest computed position before it
+            rows = [min(sources[pos], self.known_upto) if sources[pos] >= 0 else self.known_upto for pos in positions]
             probs = self.dists[torch.tensor(rows, device=self.device)]
             tokens = self.draw(probs, position_tensor)
         else:
