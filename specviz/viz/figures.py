@@ -267,7 +267,7 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
                 col=col,
             )
     title = (
-        f"{trace.method} vs {ar.method}: {numbers['step_compression']:.2f}x step compression, "
+        f"{trace.method} vs {ar.method}: {numbers['step_compression']:.2f}x step compression,<br>"
         f"{numbers['latency_speedup']:.2f}x latency speedup"
     )
     return _finish(fig, title, 420, dark, large)
