@@ -1,7 +1,15 @@
+import os
+
 import pytest
 import torch
 
 from specviz.models.tiny.adapter import TinyModel
+
+
+def pytest_configure(config):
+    """Share the cores among xdist workers: oversubscribed OpenMP teams make every pass slower."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture(scope="session")

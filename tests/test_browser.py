@@ -10,10 +10,13 @@ import pytest
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 SCREENSHOTS = Path(__file__).resolve().parents[1] / ".cache" / "screenshots"
 
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM.exists() and DRIVER.exists()) or shutil.which("chromium") is None,
-    reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and DRIVER.exists()) or shutil.which("chromium") is None,
+        reason="needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)",
+    ),
+    pytest.mark.xdist_group("app"),  # one launched app per test run
+]
 
 
 @pytest.fixture

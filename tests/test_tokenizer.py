@@ -30,14 +30,14 @@ def test_real_emoji_reconstruct_well(tiny):
 
 def test_decode_partial_grid_leaves_the_rest_blank(tiny):
     codes = torch.randint(0, 1024, (256,), generator=torch.Generator().manual_seed(1))
-    full = torch.from_numpy(np.asarray(tiny.decode(codes)))
-    part = torch.from_numpy(np.asarray(tiny.decode(codes[:37])))
+    full = torch.from_numpy(np.array(tiny.decode(codes)))
+    part = torch.from_numpy(np.array(tiny.decode(codes[:37])))
     assert part.shape == full.shape == (48, 48, 3)
     # 37 cells = two full rows of 16 and five cells of the third row (each cell 3x3 pixels)
     assert torch.equal(part[:6], full[:6])
     assert torch.equal(part[6:9, :15], full[6:9, :15])
     assert (part[6:9, 15:] == BLANK).all() and (part[9:] == BLANK).all()
-    assert (torch.from_numpy(np.asarray(tiny.decode([]))) == BLANK).all()
+    assert (torch.from_numpy(np.array(tiny.decode([]))) == BLANK).all()
 
 
 def test_tokenizer_vocab(tiny):
