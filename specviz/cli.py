@@ -44,14 +44,21 @@ def _method_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("method parameters (Jacobi family)")
     group.add_argument("--window", type=int, help=f"Jacobi window size W, 1 to {MAX_WINDOW} (default 16)")
     group.add_argument("--init", choices=INIT_STRATEGIES, help="initialisation of new window slots (default random)")
-    group.add_argument("--neighbours", type=int, help="lantern: codebook neighbours k (default 32)")
-    group.add_argument("--delta", type=float, help="lantern: total-variation budget (default 0.2)")
-    group.add_argument("--group-size", type=int, help="gsd: tokens per group, the draft included (default 10)")
+    group.add_argument(
+        "--neighbours", type=int, help="lantern, gsd: nearest codebook neighbours k (default 1000 and 128)"
+    )
+    group.add_argument("--delta", type=float, help="lantern: total-variation budget (default 0.1)")
+    group.add_argument(
+        "--group-size", type=int, help="gsd: candidates ranked within this many places of the draft (default 10)"
+    )
+    group.add_argument(
+        "--prob-gap", type=float, help="gsd: largest probability difference to the draft in a group (default 0.15)"
+    )
 
 
 def _method_params(args: argparse.Namespace, method: str | None = None) -> dict:
     """Method parameters given on the command line; with `method`, only those that method takes."""
-    names = ("window", "init", "neighbours", "delta", "group_size")
+    names = ("window", "init", "neighbours", "delta", "group_size", "prob_gap")
     given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if method is not None:
         given = {k: v for k, v in given.items() if k in METHODS[method].parameters}

@@ -27,7 +27,7 @@ TOY_GEOMETRY = Geometry(rows=2, cols=2, vocab_size=5, layout=(IMAGE_CELL, IMAGE_
 TOY_SAMPLING = SamplingSettings(temperature=1.0, top_k=3, top_p=1.0, guidance_scale=2.0)
 SIGNIFICANCE = 1e-3
 # a window shorter than the sequence, so windows slide; groups and neighbourhoods that fit 4 tokens
-TOY_PARAMETERS = {"window": 3, "neighbours": 2, "group_size": 2}
+TOY_PARAMETERS = {"window": 3, "neighbours": 2, "group_size": 1}
 MIN_EXPECTED = 5.0
 
 

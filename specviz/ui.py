@@ -154,10 +154,14 @@ def sampling_from(temperature: float, top_k: float, top_p: float, guidance: floa
     return SamplingSettings(temperature=float(temperature), top_k=top_k, top_p=float(top_p), guidance_scale=guidance)
 
 
-def params_from(method: str, window: float, init: str, neighbours: float, delta: float, group_size: float) -> dict:
-    values = {"window": int(window), "init": init, "neighbours": int(neighbours), "delta": float(delta)}
-    values["group_size"] = int(group_size)
-    return {k: v for k, v in values.items() if k in METHODS[method].parameters}
+PARAMETERS = ("window", "init", "neighbours", "delta", "group_size", "prob_gap")  # the method controls, in order
+
+
+def params_from(method: str, *values) -> dict:
+    """The method's own parameters from the values of all method controls (in PARAMETERS order)."""
+    given = dict(zip(PARAMETERS, values, strict=True))
+    defaults = METHODS[method].parameters
+    return {name: type(defaults[name])(value) for name, value in given.items() if name in defaults}
 
 
 def show(image: Image.Image | None) -> Image.Image | None:
@@ -267,9 +271,11 @@ def build() -> gr.Blocks:
                 seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
                 window = gr.Slider(1, MAX_WINDOW, value=16, step=1, label="Jacobi window W")
                 init = gr.Dropdown(list(INIT_STRATEGIES), value="random", label="New-slot initialisation")
-                neighbours = gr.Slider(1, 256, value=32, step=1, label="LANTERN neighbours k", visible=False)
-                delta = gr.Slider(0.0, 1.0, value=0.2, step=0.01, label="LANTERN TV budget delta", visible=False)
-                group_size = gr.Slider(1, 64, value=10, step=1, label="GSD group size", visible=False)
+                neighbours = gr.Slider(1, 2048, value=1000, step=1, label="Codebook neighbours k", visible=False)
+                delta = gr.Slider(0.0, 1.0, value=0.1, step=0.01, label="LANTERN TV budget delta", visible=False)
+                group_size = gr.Slider(0, 64, value=10, step=1, label="GSD group: ranks either side", visible=False)
+                prob_gap = gr.Slider(0.0, 1.0, value=0.15, step=0.01, label="GSD group: probability gap", visible=False)
+                method_controls = [window, init, neighbours, delta, group_size, prob_gap]
                 with gr.Accordion("Sampling", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=1.0, step=0.05, label="Temperature (0 = greedy)")
                     top_k = gr.Number(value=0, precision=0, minimum=0, label="Top-k (0 = off)")
@@ -337,27 +343,24 @@ def build() -> gr.Blocks:
         timer = gr.Timer(PLAY_INTERVAL, active=False)
 
         def method_changed(name: str):
-            relaxed = {"lantern": (True, True, False), "gsd": (False, False, True)}.get(name, (False, False, False))
-            takes_window = "window" in METHODS[name].parameters
+            """Show only the chosen method's own parameters, at its defaults where two methods share one."""
+            own = METHODS[name].parameters
             note = "" if METHODS[name].lossless else f"{method_label(name)}: its output distribution differs from AR."
-            return (
-                gr.update(visible=relaxed[0]),
-                gr.update(visible=relaxed[1]),
-                gr.update(visible=relaxed[2]),
-                gr.update(visible=takes_window),
-                gr.update(visible=takes_window),
-                gr.update(value=note, visible=bool(note)),
-            )
+            shown = [
+                gr.update(visible=True, value=own[p]) if p == "neighbours" and p in own else gr.update(visible=p in own)
+                for p in PARAMETERS
+            ]
+            return (*shown, gr.update(value=note, visible=bool(note)))
 
-        method.change(method_changed, method, [neighbours, delta, group_size, window, init, lossy_note])
+        method.change(method_changed, method, [*method_controls, lossy_note])
 
         @gpu
         @user_errors
         def race(*values) -> Iterator[tuple]:
-            (model_name, name, text, seed_value, w, ini, k, d, g, temp, tk, tp, guide) = values
+            (model_name, name, text, seed_value, *controls, temp, tk, tp, guide) = values
             chosen = get_model(model_name)
             sampling = sampling_from(temp, tk, tp, guide)
-            params = params_from(name, w, ini, k, d, g)
+            params = params_from(name, *controls)
             contender = on_compute_thread(RunStream, chosen, name, text, int(seed_value or 0), sampling, params)
             baseline = on_compute_thread(RunStream, chosen, "ar", text, int(seed_value or 0), sampling)
             finished = {contender: False, baseline: False}
@@ -408,7 +411,7 @@ def build() -> gr.Blocks:
             )
 
         sampling_inputs = [temperature, top_k, top_p, guidance]
-        race_inputs = [model, method, prompt, seed, window, init, neighbours, delta, group_size, *sampling_inputs]
+        race_inputs = [model, method, prompt, seed, *method_controls, *sampling_inputs]
         race_event = run_button.click(
             race,
             race_inputs,
@@ -454,7 +457,7 @@ def build() -> gr.Blocks:
         @gpu
         @user_errors
         def compare(selected: list[str], *values):
-            (model_name, text, seed_value, w, ini, k, d, g, temp, tk, tp, guide, big, night) = values
+            (model_name, text, seed_value, *controls, temp, tk, tp, guide, big, night) = values
             if not selected:
                 raise SettingsError("choose at least one method to compare")
             chosen = get_model(model_name)
@@ -462,7 +465,7 @@ def build() -> gr.Blocks:
             ar = on_compute_thread(run, chosen, "ar", text, int(seed_value or 0), sampling)
             rows, table = [], []
             for name in selected:
-                params = params_from(name, w, ini, k, d, g)
+                params = params_from(name, *controls)
                 trace = on_compute_thread(run, chosen, name, text, int(seed_value or 0), sampling, params)
                 facts = viz.summary(trace, ar)
                 rows.append({"method": name, "lossless": trace.lossless, **facts})
@@ -481,20 +484,7 @@ def build() -> gr.Blocks:
 
         compare_button.click(
             compare,
-            [
-                compare_methods,
-                model,
-                prompt,
-                seed,
-                window,
-                init,
-                neighbours,
-                delta,
-                group_size,
-                *sampling_inputs,
-                large,
-                dark,
-            ],
+            [compare_methods, model, prompt, seed, *method_controls, *sampling_inputs, large, dark],
             [compare_table, compare_plot],
             concurrency_limit=1,
             concurrency_id="gpu",

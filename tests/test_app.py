@@ -13,8 +13,9 @@ from specviz.ui import show
 
 pytestmark = pytest.mark.xdist_group("app")  # one launched app per test run
 
-# model, method, prompt, seed, window, init, neighbours, delta, group size, temperature, top-k, top-p, guidance
-RACE = ["tiny", "sjd", "red apple", 3, 16, "random", 32, 0.2, 10, 1.0, 0, 1.0, 3.0]
+# model, method, prompt, seed, window, init, neighbours, delta, group size, probability gap,
+# temperature, top-k, top-p, guidance
+RACE = ["tiny", "sjd", "red apple", 3, 16, "random", 1000, 0.1, 10, 0.15, 1.0, 0, 1.0, 3.0]
 
 
 def _race(client: Client, **changes):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from specviz.decoding import METHODS, run
+from specviz.decoding.gsd import dynamic_groups
 from specviz.decoding.sampling import gumbel_noise, maximal_coupling, nearest_tokens, residual
 from specviz.decoding.window import INIT_STRATEGIES
 from specviz.lossless import ToyModel, check_lossless
@@ -54,7 +55,8 @@ def test_window_of_one_and_a_window_past_the_end(tiny):
         ("sjd", {"init": "diagonal"}, "unknown initialisation 'diagonal'"),
         ("ar", {"window": 4}, "method ar has no parameter window"),
         ("lantern", {"delta": 2.0}, "delta is a total-variation budget"),
-        ("gsd", {"group_size": 0}, "group size must be a positive integer"),
+        ("gsd", {"group_size": -1}, "group size must be a non-negative integer"),
+        ("gsd", {"prob_gap": 1.5}, "prob_gap is a difference of probabilities"),
     ],
 )
 def test_out_of_range_method_parameters_are_refused(tiny, method, params, message):
@@ -110,3 +112,22 @@ def test_residual_falls_back_to_p_when_the_distributions_agree():
 def test_nearest_tokens_excludes_itself_and_orders_by_distance():
     vectors = torch.tensor([[0.0], [1.0], [3.0], [10.0]])
     assert nearest_tokens(vectors, 2).tolist() == [[1, 2], [0, 2], [1, 0], [2, 1]]
+
+
+def test_gsd_groups_are_formed_from_the_target_rank_probability_and_codebook():
+    # target over 6 tokens, ranked 2 > 0 > 4 > 1 > 5 > 3; the draft is token 0 (rank 1)
+    p = torch.tensor([[0.30, 0.10, 0.35, 0.01, 0.20, 0.04]])
+    near = torch.tensor([[4, 1], [0, 2], [0, 1], [5, 4], [0, 5], [3, 4]])  # each token's 2 nearest codes
+    candidates, member = dynamic_groups(p, torch.tensor([0]), near, group_size=2, prob_gap=0.15)
+    groups = {int(t) for t, m in zip(candidates[0], member[0], strict=True) if m}
+    # ranks -1..3 around the draft: tokens 2, 0, 4, 1 (rank -1 is off the end); 2 is not near 0,
+    # 1 is near but 0.20 less likely, 4 is near and within 0.15: the group is {0, 4}
+    assert groups == {0, 4}
+    _, member = dynamic_groups(p, torch.tensor([0]), near, group_size=0, prob_gap=0.15)
+    assert int(member.sum()) == 1  # group size 0: the draft alone
+
+
+def test_gsd_with_groups_of_one_is_sjd_token_for_token(tiny):
+    sjd = run(tiny, "sjd", "rocket", seed=4)
+    gsd = run(tiny, "gsd", "rocket", seed=4, params={"group_size": 0})
+    assert gsd.tokens == sjd.tokens and gsd.nfe == sjd.nfe

@@ -1,10 +1,13 @@
-"""Grouped speculative decoding (So et al., 2025) on the Jacobi window; lossy by design.
+"""Grouped speculative decoding (GSD, So et al., ICCV 2025) on the Jacobi window; lossy by design.
 
 Many visual tokens are interchangeable, so GSD verifies a draft x as a member of a group G(x) of
-similar tokens rather than alone: G(x) is x and its `group_size - 1` nearest codebook neighbours,
-and x is accepted with probability min(1, p(G) / q(G)), the speculative-sampling test on group
-masses. On rejection the residual norm(max(0, p - q)) is drawn outside G(x). Redraws, new slots and
-the fixed head are SJD's. Exact at the level of groups, not of tokens; `check-lossless` measures it.
+visually valid tokens rather than alone. The group is dynamic, formed from the target p at that
+position (the paper finds static groups by embedding distance ineffective), as in the authors'
+code: the tokens ranked within `group_size` places of x in p, kept when their probability is within
+`prob_gap` of p(x) and they are among x's `neighbours` nearest codebook vectors (x itself always
+belongs). x is accepted with probability min(1, p(G) / q(G)), the speculative-sampling test on group
+masses; a rejected position is resampled from the usual residual norm(max(0, p - q)). Redraws, new
+slots and the fixed head are SJD's. Exact for groups, not for tokens: `check-lossless` measures it.
 """
 
 from __future__ import annotations
@@ -13,11 +16,30 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.sampling import leading_true, nearest_tokens, residual, sample, token_probs
+from specviz.decoding.sampling import leading_true, nearest_tokens, next_exact_token, sample, token_probs
 from specviz.decoding.window import JacobiWindow
 from specviz.models.protocol import Session, token_vectors
 from specviz.models.sampling import SamplingSettings, SettingsError
 from specviz.trace import Iteration
+
+
+def dynamic_groups(
+    p: torch.Tensor, drafts: torch.Tensor, near: torch.Tensor, group_size: int, prob_gap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each draft's group under its target row: (w, 2 * group_size + 1) token ids and a membership mask.
+
+    `p` (w, V) are the target rows, `near` (V, k) every token's nearest codebook neighbours.
+    """
+    order = p.argsort(dim=1, descending=True, stable=True)  # tokens by probability
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(p.shape[1], device=p.device).expand_as(order))
+    offsets = torch.arange(-group_size, group_size + 1, device=p.device)
+    ranks = rank.gather(1, drafts[:, None]) + offsets  # the ranks around each draft's own
+    in_range = (ranks >= 0) & (ranks < p.shape[1])
+    candidates = order.gather(1, ranks.clamp(0, p.shape[1] - 1))
+    similar_mass = (p.gather(1, candidates) - token_probs(p, drafts)[:, None]).abs() < prob_gap
+    is_draft = candidates == drafts[:, None]
+    latent_near = (candidates[:, :, None] == near[drafts][:, None, :]).any(-1) | is_draft
+    return candidates, in_range & (is_draft | (similar_mass & latent_near))
 
 
 def decode(
@@ -27,33 +49,30 @@ def decode(
     window: int = 16,
     init: str = "random",
     group_size: int = 10,
+    prob_gap: float = 0.15,
+    neighbours: int = 128,
 ) -> Iterator[Iteration]:
-    if int(group_size) != group_size or group_size < 1:
-        raise SettingsError(f"gsd: group size must be a positive integer, got {group_size}")
-    vectors = token_vectors(session, "gsd")
-    neighbours = nearest_tokens(vectors, group_size - 1)
-    groups = torch.cat([torch.arange(len(vectors), device=vectors.device)[:, None], neighbours], dim=1)  # (V, G)
+    if int(group_size) != group_size or group_size < 0:
+        raise SettingsError(f"gsd: group size must be a non-negative integer (0 = plain SJD), got {group_size}")
+    if not 0 <= prob_gap <= 1:
+        raise SettingsError(f"gsd: prob_gap is a difference of probabilities in [0, 1], got {prob_gap}")
+    if int(neighbours) != neighbours or neighbours < 1:
+        raise SettingsError(f"gsd: neighbours must be a positive integer, got {neighbours}")
+    near = nearest_tokens(token_vectors(session, "gsd"), neighbours)
     state = JacobiWindow(session, sampling, generator, window, init)
     yield state.first_record()
     while not state.done:
         drafts, draft_probs = state.drafts, state.draft_probs
         w = len(drafts)
         p = state.forward()
-        group = groups[drafts]  # (w, G)
-        group_new, group_old = p[:w].gather(1, group).sum(1), draft_probs.gather(1, group).sum(1)
+        group, member = dynamic_groups(p[:w], drafts, near, int(group_size), prob_gap)
+        group_new = (p[:w].gather(1, group) * member).sum(1)
+        group_old = (draft_probs.gather(1, group) * member).sum(1)  # >= q(x) > 0: x is in its group
         ratio = (group_new / group_old.clamp(min=torch.finfo(group_old.dtype).tiny)).clamp(max=1.0)
         accepted = leading_true(torch.rand(w, generator=generator, device=p.device) < ratio)
-        if accepted < w:
-            outside = p[accepted].clone()
-            outside[group[accepted]] = 0.0
-            if float(outside.sum()) == 0.0:  # all of p lies inside the group: fall back to p itself
-                outside = p[accepted]
-            head = sample(residual(outside[None], draft_probs[accepted : accepted + 1]), generator)
-        else:
-            head = sample(p[w:], generator)
         yield state.advance(
             accepted,
-            head,
+            next_exact_token(p, draft_probs, accepted, generator),
             carried=sample(p[accepted + 1 : w], generator),
             carried_probs=p[accepted + 1 : w],
             p_old=token_probs(draft_probs, drafts),

@@ -7,6 +7,7 @@ delta, and moves their mass onto x. The draft is accepted with probability
 min(1, p~(x) / q(x)) where p~(x) = p(x) + p(B(x)); on rejection the residual of p~ excludes x and
 B(x). Everything else (redraws, new slots, the fixed head) is SJD's. The relaxed target differs
 from p by at most delta in total variation per position; `check-lossless` measures the result.
+Defaults k = 1000 and delta = 0.1 are those of the authors' code.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ def decode(
     generator: torch.Generator,
     window: int = 16,
     init: str = "random",
-    neighbours: int = 32,
-    delta: float = 0.2,
+    neighbours: int = 1000,
+    delta: float = 0.1,
 ) -> Iterator[Iteration]:
     if int(neighbours) != neighbours or neighbours < 1:
         raise SettingsError(f"lantern: neighbours must be a positive integer, got {neighbours}")

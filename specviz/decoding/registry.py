@@ -59,14 +59,14 @@ METHODS: dict[str, Method] = {
             lantern.decode,
             False,
             "LANTERN relaxed acceptance: p plus the mass of nearby codebook tokens within a TV budget (lossy)",
-            {**WINDOW_PARAMETERS, "neighbours": 32, "delta": 0.2},
+            {**WINDOW_PARAMETERS, "neighbours": 1000, "delta": 0.1},
         ),
         Method(
             "gsd",
             gsd.decode,
             False,
-            "grouped speculative decoding: accept by the mass of a group of similar tokens (lossy)",
-            {**WINDOW_PARAMETERS, "group_size": 10},
+            "grouped speculative decoding: accept by the mass of a dynamic group of similar tokens (lossy)",
+            {**WINDOW_PARAMETERS, "group_size": 10, "prob_gap": 0.15, "neighbours": 128},
         ),
     )
 }
