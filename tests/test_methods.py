@@ -120,8 +120,8 @@ def test_gsd_groups_are_formed_from_the_target_rank_probability_and_codebook():
     near = torch.tensor([[4, 1], [0, 2], [0, 1], [5, 4], [0, 5], [3, 4]])  # each token's 2 nearest codes
     candidates, member = dynamic_groups(p, torch.tensor([0]), near, group_size=2, prob_gap=0.15)
     groups = {int(t) for t, m in zip(candidates[0], member[0], strict=True) if m}
-    # ranks -1..3 around the draft: tokens 2, 0, 4, 1 (rank -1 is off the end); 2 is not near 0,
-    # 1 is near but 0.20 less likely, 4 is near and within 0.15: the group is {0, 4}
+    # two ranks either side of the draft: token 2 above (nothing above it), 4 and 1 below; 2 is not
+    # near 0, 1 is near but 0.20 less likely, 4 is near and within 0.15: the group is {0, 4}
     assert groups == {0, 4}
     _, member = dynamic_groups(p, torch.tensor([0]), near, group_size=0, prob_gap=0.15)
     assert int(member.sum()) == 1  # group size 0: the draft alone

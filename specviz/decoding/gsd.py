@@ -26,20 +26,25 @@ from specviz.trace import Iteration
 def dynamic_groups(
     p: torch.Tensor, drafts: torch.Tensor, near: torch.Tensor, group_size: int, prob_gap: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each draft's group under its target row: (w, 2 * group_size + 1) token ids and a membership mask.
+    """Each draft's group under its target row: (w, 1 + 2 * group_size) token ids, the draft first,
+    and a membership mask.
 
-    `p` (w, V) are the target rows, `near` (V, k) every token's nearest codebook neighbours.
+    `p` (w, V) are the target rows, `near` (V, k) every token's nearest codebook neighbours. The
+    candidates are the `group_size` tokens ranked just above the draft in p and those just below
+    (two top-k selections, far cheaper than sorting the vocabulary); tokens tied with the draft's
+    own probability are left out.
     """
-    order = p.argsort(dim=1, descending=True, stable=True)  # tokens by probability
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(p.shape[1], device=p.device).expand_as(order))
-    offsets = torch.arange(-group_size, group_size + 1, device=p.device)
-    ranks = rank.gather(1, drafts[:, None]) + offsets  # the ranks around each draft's own
-    in_range = (ranks >= 0) & (ranks < p.shape[1])
-    candidates = order.gather(1, ranks.clamp(0, p.shape[1] - 1))
-    similar_mass = (p.gather(1, candidates) - token_probs(p, drafts)[:, None]).abs() < prob_gap
-    is_draft = candidates == drafts[:, None]
-    latent_near = (candidates[:, :, None] == near[drafts][:, None, :]).any(-1) | is_draft
-    return candidates, in_range & (is_draft | (similar_mass & latent_near))
+    count = min(group_size, p.shape[1] - 1)
+    p_draft = token_probs(p, drafts)[:, None]
+    above = p.masked_fill(p <= p_draft, float("inf")).topk(count, dim=1, largest=False)
+    below = p.masked_fill(p >= p_draft, float("-inf")).topk(count, dim=1)
+    candidates = torch.cat([drafts[:, None], above.indices, below.indices], dim=1)
+    candidate_p = torch.cat([p_draft, above.values, below.values], dim=1)  # +-inf where there was none
+    similar_mass = (candidate_p - p_draft).abs() < prob_gap
+    latent_near = (candidates[:, :, None] == near[drafts][:, None, :]).any(-1)
+    member = similar_mass & latent_near
+    member[:, 0] = True
+    return candidates, member
 
 
 def decode(
@@ -65,7 +70,7 @@ def decode(
         drafts, draft_probs = state.drafts, state.draft_probs
         w = len(drafts)
         p = state.forward()
-        group, member = dynamic_groups(p[:w], drafts, near, int(group_size), prob_gap)
+        group, member = dynamic_groups(p[:w], drafts, near, int(group_size), prob_gap)  # the draft is in its group
         group_new = (p[:w].gather(1, group) * member).sum(1)
         group_old = (draft_probs.gather(1, group) * member).sum(1)  # >= q(x) > 0: x is in its group
         ratio = (group_new / group_old.clamp(min=torch.finfo(group_old.dtype).tiny)).clamp(max=1.0)
