@@ -56,9 +56,15 @@ except ImportError:
 
 
 CSS = """
-.specviz-large { zoom: 1.35; }
+:root body.specviz-large {
+  --text-xxs: 14px; --text-xs: 16px; --text-sm: 18px; --text-md: 20px; --text-lg: 24px; --text-xl: 30px;
+  --text-xxl: 36px; --body-text-size: 20px; --prose-text-size: 20px; --prose-header-text-weight: 700;
+  --block-title-text-size: 20px; --block-label-text-size: 18px; --block-info-text-size: 18px;
+  --input-text-size: 20px; --button-large-text-size: 24px; --button-medium-text-size: 20px;
+  --button-small-text-size: 18px; --checkbox-label-text-size: 20px; --section-header-text-size: 20px;
+}
 #specviz-header h1 { margin-bottom: 0; }
-.lossy-note { color: #D55E00; font-weight: 600; }
+.lossy-note, .lossy-note * { color: #D55E00 !important; font-weight: 600; }
 """
 TOGGLE_LARGE = "(large) => { document.body.classList.toggle('specviz-large', large); }"
 TOGGLE_DARK = "(dark) => { document.body.classList.toggle('dark', dark); }"

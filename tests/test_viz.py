@@ -213,36 +213,39 @@ def test_window_figure(trace):
     fig = window_figure(trace, 1)
     assert isinstance(fig, go.Figure)
     assert fig.layout.title.text == "iteration 1/4: 2 accepted, rejected at 2"
-    grid, outline, strip, *legend = fig.data
+    grid, outline, bars, *legend = fig.data
     assert len(fig.data) == 3 + len(STATES)
-    a, r, n, c, p = (_state_index(s) for s in ("accepted", "rejected", "new", "committed", "pending"))
+    a, r, c, p = (_state_index(s) for s in ("accepted", "rejected", "committed", "pending"))
     assert np.asarray(grid.z).tolist() == [[c, a, a, r], [p, p, p, p]]  # position 4 (new) is no cell
-    assert np.asarray(strip.z).tolist() == [[a, a, r, n]]
-    assert np.asarray(strip.text).tolist() == [[".50", "1", ".25", ".12"]]
-    assert "ratio 0.250" in strip.customdata[0][2] and "token 4 (committed now)" in strip.customdata[0][2]
+    palette = colors()
+    assert list(bars.marker.color) == [palette[s] for s in ("accepted", "accepted", "rejected", "new")]
+    assert list(bars.y) == pytest.approx([0.5, 1.0, 0.25, 0.125], abs=1e-3)
+    assert "ratio 0.250" in bars.customdata[2] and "token 4 (committed now)" in bars.customdata[2]
     # three committed cells, each a closed rectangle of five points and a break
     assert len(outline.x) == 18 and outline.name == NOW_LABEL
     assert [t.name for t in legend] == [LABELS[s] for s in STATES]
     assert all(t.showlegend is not False for t in legend)
-    palette = colors()
     assert [t.marker.color for t in legend] == [palette[s] for s in STATES]
 
 
 def test_window_figure_maps_states_to_their_colours(trace):
-    strip = window_figure(trace, 3, dark=True).data[2]
+    grid = window_figure(trace, 3, dark=True).data[0]
     palette = colors(dark=True)
-    scale = strip.colorscale
-    for z in np.asarray(strip.z).ravel():  # the colour band holding z (its range is -0.5..K-0.5)
+    scale = grid.colorscale
+    for z in np.asarray(grid.z).ravel():  # the colour band holding z (its range is -0.5..K-0.5)
         fraction = (z + 0.5) / len(STATES)
         band = next(color for (low, color), (high, _) in itertools.pairwise(scale) if low <= fraction <= high)
         assert band == palette[STATES[z]]
-    assert sorted({STATES[z] for z in np.asarray(strip.z).ravel()}) == ["new", "redrawn", "rejected"]
+    assert {"redrawn", "rejected"} <= {STATES[z] for z in np.asarray(grid.z).ravel()}
 
 
 def test_window_figure_titles(trace, bonus):
     assert window_figure(trace, 0).layout.title.text == "iteration 0/4: no drafts, 1 token sampled"
     assert window_figure(trace, 4).layout.title.text == "iteration 4/4: all 2 accepted"
-    assert window_figure(bonus, 1).layout.title.text == "iteration 1/1: all 1 accepted, +1 sampled after the window"
+    long_title = window_figure(bonus, 1).layout.title.text  # wrapped to fit a half-width plot
+    assert long_title == "iteration 1/1: all 1 accepted, +1 sampled<br>after the window"
+    large_title = window_figure(trace, 1, large=True).layout.title.text
+    assert large_title == "iteration 1/4: 2 accepted,<br>rejected at 2"
     with pytest.raises(IndexError):
         window_figure(trace, 5)
 

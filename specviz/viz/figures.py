@@ -5,6 +5,8 @@ Every function is pure (trace in, figure out) so the UI, the CLI and the tests d
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -13,17 +15,33 @@ from specviz.trace import Trace
 from specviz.viz.analysis import MAP_KINDS, acceptance_maps, fates, grid_state, per_iteration, summary
 from specviz.viz.palette import LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, theme
 
+TITLE_CHARS = {False: 46, True: 26}  # characters per title line that fit a half-width plot
+TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): the app lays its plot label
+# and toolbar over the top of the figure
 MAP_TITLES = {
     "iteration": "iteration that committed each cell",
     "run_length": "tokens committed together with each cell",
     "redraws": "times each cell was drafted before it was fixed",
 }
-MAX_STRIP_TEXT = 64  # wider windows get no per-cell ratio text: it would not fit
 
 
 def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool) -> go.Figure:
-    """Apply the shared theme, title and fixed height."""
-    fig.update_layout(**theme(dark, large), title={"text": title}, height=height + (120 if large else 0))
+    """Apply the shared theme, title and height. Titles are wrapped to fit a half-width plot, and the
+    top margin is sized to their lines and a legend above the plot, so with large type neither is
+    clipped nor runs into the plot."""
+    title = "<br>".join("<br>".join(textwrap.wrap(line, TITLE_CHARS[large])) for line in title.split("<br>"))
+    style = theme(dark, large)
+    font = style["font"]["size"]
+    legend_above = fig.layout.legend.y is not None and fig.layout.legend.y > 1
+    pad = TITLE_PAD[large]
+    top = pad + 20 + (title.count("<br>") + 1) * int(1.6 * font) + (2 * font if legend_above else 0)
+    height += 120 if large else 0
+    fig.update_layout(
+        **style,
+        title={"text": title, "y": 1 - pad / height, "yanchor": "top", "yref": "container"},
+        margin={"t": top},
+        height=height,
+    )
     return fig
 
 
@@ -66,11 +84,6 @@ def _window_title(trace: Trace, j: int) -> str:
     return f"{head}: {it.accepted} accepted, rejected at {it.rejected_at}"
 
 
-def _ratio_text(ratio: float) -> str:
-    """An acceptance ratio in at most three characters ('.59', '1'), so it fits a narrow cell."""
-    return "1" if ratio >= 0.995 else f"{ratio:.2f}"[1:]
-
-
 def _outline(cells: np.ndarray, inset: float) -> tuple[list, list]:
     """Closed rectangles around (row, col) cells, as one line trace's x and y (None between)."""
     x: list = []
@@ -83,7 +96,8 @@ def _outline(cells: np.ndarray, inset: float) -> tuple[list, list]:
 
 
 def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -> go.Figure:
-    """The Jacobi window of iteration j on the grid and as a strip, coloured by draft fate."""
+    """The Jacobi window of iteration j on the grid, and its drafts' acceptance ratios as bars, both
+    coloured by draft fate: a short bar shows why a draft was rejected."""
     grid = grid_state(trace, j)  # raises a clear IndexError for a bad j
     it = trace.iterations[j]
     g = trace.geometry
@@ -104,15 +118,15 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         return "<br>".join(lines)
 
     grid_hover = np.vectorize(describe, otypes=[object])(grid.position, grid.state)
-    strip_states = np.array(fates(it), dtype=object).reshape(1, -1)
-    strip_hover = np.array([describe(it.start + i, s) for i, s in enumerate(strip_states[0])], dtype=object)
+    draft_fates = fates(it)
+    bar_hover = [describe(it.start + i, state) for i, state in enumerate(draft_fates)]
 
     fig = make_subplots(
         rows=2,
         cols=1,
-        row_heights=[0.82, 0.18],
-        vertical_spacing=0.08,
-        subplot_titles=("", "window: acceptance ratio of each draft"),
+        row_heights=[0.72, 0.28],
+        vertical_spacing=0.1,
+        subplot_titles=("", "acceptance ratio min(1, p_new/p_old) per draft"),
     )
     fig.add_trace(_state_heatmap(grid.state, grid_hover, dark, name="grid"), row=1, col=1)
     palette = colors(dark)
@@ -125,16 +139,15 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         col=1,
     )
     width = len(it.drafts)
-    show_text = 0 < width <= MAX_STRIP_TEXT
     fig.add_trace(
-        _state_heatmap(
-            strip_states,
-            strip_hover.reshape(1, -1),
-            dark,
+        go.Bar(
+            x=np.arange(width),
+            y=it.ratio,
+            marker={"color": [palette[state] for state in draft_fates]},
+            customdata=bar_hover,
+            hovertemplate="%{customdata}<extra></extra>",
             name="window",
-            text=[[_ratio_text(r) for r in it.ratio]] if show_text else None,
-            texttemplate="%{text}" if show_text else None,
-            textfont={"color": "#000000", "size": int(np.clip(400 // max(width, 1), 8, 14))},
+            showlegend=False,
         ),
         row=2,
         col=1,
@@ -171,12 +184,12 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         showticklabels=bool(width),
         title="offset in window" if width else None,
     )
-    fig.update_yaxes(showgrid=False, zeroline=False, showticklabels=False, row=2, col=1, range=[0.5, -0.5])
+    fig.update_yaxes(zeroline=False, row=2, col=1, range=[0, 1.05], tickvals=[0, 0.5, 1], title="ratio")
     if not width:
         fig.add_annotation(
-            text="no drafts this iteration", x=0, y=0, xref="x2", yref="y2", showarrow=False, font={"size": 14}
+            text="no drafts this iteration", x=0, y=0.5, xref="x2", yref="y2", showarrow=False, font={"size": 14}
         )
-    fig.update_layout(legend={"orientation": "h", "y": -0.12, "x": 0.5, "xanchor": "center"})
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0.5, "xanchor": "center"})
     return _finish(fig, _window_title(trace, j), 760, dark, large)
 
 
@@ -266,6 +279,8 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
                 row=1,
                 col=col,
             )
+    for col, value in enumerate((lambda t: t.nfe, lambda t: t.seconds), start=1):
+        fig.update_yaxes(range=[0, 1.2 * max(value(trace), value(ar))], row=1, col=col)  # room for the labels
     title = (
         f"{trace.method} vs {ar.method}: {numbers['step_compression']:.2f}x step compression,<br>"
         f"{numbers['latency_speedup']:.2f}x latency speedup"
