@@ -176,9 +176,16 @@ def show(image: Image.Image | None) -> Image.Image | None:
     return image.resize((DISPLAY_SIZE, DISPLAY_SIZE * image.height // image.width), Image.NEAREST)
 
 
-def picture(model: ImageModel, tokens: list[int]) -> Image.Image:
-    """The displayed image of a possibly partial token sequence, decoded on the compute thread."""
-    return show(on_compute_thread(model.decode, tokens))
+def picture(model: ImageModel, tokens: list[int], description: str) -> Image.Image:
+    """The displayed image of a possibly partial token sequence, decoded on the compute thread.
+
+    The description goes into the PNG's text chunk. Gradio caches an output image under the hash of
+    its bytes and rewrites that file each time it is sent, so an identical image sent again can be
+    truncated under a browser still reading it; distinct descriptions keep distinct files.
+    """
+    image = show(on_compute_thread(model.decode, tokens))
+    image.info["Description"] = description
+    return image
 
 
 def decoder_for(trace: Trace) -> ImageModel | None:
@@ -237,7 +244,8 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool) -> tuple:
     trace: Trace = runs["trace"]
     j = max(0, min(int(j), len(trace.iterations) - 1))
     decoder = decoder_for(trace)
-    image = picture(decoder, viz.tokens_through(trace, j)) if decoder else None
+    tokens = viz.tokens_through(trace, j)
+    image = picture(decoder, tokens, f"{trace.method}: {len(tokens)} tokens after iteration {j}") if decoder else None
     return viz.window_figure(trace, j, dark=dark, large=large), image
 
 
@@ -370,6 +378,16 @@ def build() -> gr.Blocks:
             contender = on_compute_thread(RunStream, chosen, name, text, int(seed_value or 0), sampling, params)
             baseline = on_compute_thread(RunStream, chosen, "ar", text, int(seed_value or 0), sampling)
             finished = {contender: False, baseline: False}
+            shown: dict[RunStream, int] = {}
+
+            def side(stream: RunStream) -> tuple:
+                """One side's image and counter, or no update where it has not moved since the last frame."""
+                if shown.get(stream) == len(stream.tokens):
+                    return gr.update(), gr.update()
+                shown[stream] = len(stream.tokens)
+                description = f"{stream.method}: {len(stream.tokens)} tokens, live"
+                return picture(chosen, stream.tokens, description), live_counter(stream)
+
             last = 0.0
             while not all(finished.values()):
                 # advance whichever side is behind on its own clock, as if each had the device alone
@@ -377,27 +395,17 @@ def build() -> gr.Blocks:
                 finished[behind] = on_compute_thread(behind.step) is None
                 if time.perf_counter() - last > FRAME_INTERVAL:
                     last = time.perf_counter()
-                    yield (
-                        picture(chosen, contender.tokens),
-                        live_counter(contender),
-                        picture(chosen, baseline.tokens),
-                        live_counter(baseline),
-                        gr.update(),
-                        gr.update(),
-                        gr.update(),
-                    )
+                    yield (*side(contender), *side(baseline), gr.update(), gr.update(), gr.update())
             trace, ar = contender.trace(), baseline.trace()
-            images = (picture(chosen, trace.tokens), picture(chosen, ar.tokens))
+            images = tuple(picture(chosen, t.tokens, f"{t.method}: {t.prompt!r}, seed {t.seed}") for t in (trace, ar))
             # On a CPU the drawing above competes with the model for cores and the GIL, and costs AR's
             # many short passes more than a method's few long ones: the live clocks would flatter the
             # method. Both runs are deterministic, so time them again with nothing else going on.
             retime = chosen.device.type == "cpu"
             if retime:
                 yield (
-                    images[0],
-                    live_counter(contender),
-                    images[1],
-                    live_counter(baseline),
+                    *side(contender),
+                    *side(baseline),
                     "Timing both runs again with nothing drawing...",
                     gr.update(),
                     gr.update(),
