@@ -319,7 +319,7 @@ def build() -> gr.Blocks:
                         pause = gr.Button("Pause", scale=0)
                     with gr.Row():
                         window_plot = gr.Plot(label="Jacobi window")
-                        iteration_image = gr.Image(label="Image at this iteration", height=DISPLAY_SIZE)
+                        iteration_image = gr.Image(label="Image at this iteration", height=DISPLAY_SIZE, format="png")
                     map_kind = gr.Radio(
                         [
                             ("iteration that committed each cell", "iteration"),

@@ -280,7 +280,8 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
                 col=col,
             )
     for col, value in enumerate((lambda t: t.nfe, lambda t: t.seconds), start=1):
-        fig.update_yaxes(range=[0, 1.2 * max(value(trace), value(ar))], row=1, col=col)  # room for the labels
+        top = 1.2 * max(value(trace), value(ar)) or 1.0  # room for the labels above the bars
+        fig.update_yaxes(range=[0, top], row=1, col=col)
     title = (
         f"{trace.method} vs {ar.method}: {numbers['step_compression']:.2f}x step compression,<br>"
         f"{numbers['latency_speedup']:.2f}x latency speedup"
