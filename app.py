@@ -2,8 +2,10 @@
 
 import os
 
+from specviz.threads import configure_threads
 from specviz.ui import CSS, build
 
+configure_threads()  # every core but one, or SPECVIZ_THREADS: a busy machine must not stall the runs
 demo = build()
 demo.queue(default_concurrency_limit=1, max_size=32)
 

@@ -19,7 +19,8 @@ import torch
 
 from specviz.decoding import get_method, run
 from specviz.models.protocol import ImageModel
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
+from specviz.viz.analysis import STALL_PASSES, stalls
 
 
 class PromptFileError(ValueError):
@@ -51,18 +52,23 @@ class MethodResult:
     mean_seconds: float
     step_compression: float  # tokens per model pass
     latency_speedup: float  # AR seconds / method seconds, same prompts and seeds
+    worst_nfe: int  # the most passes any one run needed
     accepted_per_pass: float  # drafts accepted per window pass
-    changed_per_pass: float  # drafts that changed since the previous pass (what SCD reduces)
+    changed_per_pass: float  # drafts carried into the next window with another token (what SCD reduces)
+    changed_share: float  # of the drafts carried into the next window, the share whose token changed
+    longest_stall: int  # longest run of consecutive window passes that accepted nothing
+    stall_share: float  # share of window passes spent in stalls (runs of at least STALL_PASSES)
     verify_share: float  # the method's own work per pass, as a share of the forward pass
     trace_share: float  # time spent writing trace records, as a share of the whole run
 
 
 @dataclass
 class ReferenceResult:
-    """Our AR loop against the family's own generate(), both without guidance."""
+    """Our AR loop against the family's own generate(), both at the same sampling and guidance."""
 
     ours_tokens_per_second: float
     generate_tokens_per_second: float
+    guidance_scale: float
 
     @property
     def ratio(self) -> float:
@@ -88,24 +94,31 @@ class BenchReport:
 
     def markdown(self) -> str:
         lines = [
-            f"model {self.model} on {self.device} ({self.threads} threads), {len(self.prompts)} prompts x "
+            f"model {self.model} on {self.device} ({self.threads} torch threads; SPECVIZ_THREADS sets them), "
+            f"{len(self.prompts)} prompts x "
             f"{len(self.seeds)} seeds, sampling {self.sampling}",
             "",
-            "| method | lossless | NFE | tokens | step compression | seconds | latency speedup "
-            "| accepted/pass | changed/pass | verify/forward | trace |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| method | lossless | NFE | worst NFE | step compression | seconds | latency speedup "
+            "| accepted/pass | changed/pass | changed share | longest stall | in stalls | verify/forward | trace |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in self.results:
             lines.append(
-                f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.mean_nfe:.1f} | {r.mean_tokens:.0f} | "
-                f"{r.step_compression:.2f}x | {r.mean_seconds:.3f} | {r.latency_speedup:.2f}x | "
-                f"{r.accepted_per_pass:.2f} | {r.changed_per_pass:.2f} | {r.verify_share:.1%} | {r.trace_share:.2%} |"
+                f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.mean_nfe:.1f} | {r.worst_nfe} | "
+                f"{r.step_compression:.2f}x | {r.mean_seconds:.3f} | {_speedup(r.latency_speedup)} | "
+                f"{r.accepted_per_pass:.2f} | {r.changed_per_pass:.2f} | {r.changed_share:.0%} | {r.longest_stall} | "
+                f"{r.stall_share:.1%} | {r.verify_share:.1%} | {r.trace_share:.2%} |"
             )
+        lines += [
+            "",
+            f"changed share: of the drafts carried into the next window, those whose token changed; a stall: at least "
+            f"{STALL_PASSES} window passes in a row that accepted no draft (each fixed one token, as AR does).",
+        ]
         if self.reference is not None:
             ref = self.reference
             lines += [
                 "",
-                "AR loop against transformers generate() (guidance off on both, same sampling):",
+                f"AR loop against transformers generate() (guidance {ref.guidance_scale:g} on both, same sampling):",
                 "",
                 "| loop | tokens/s |",
                 "|---|---:|",
@@ -114,6 +127,11 @@ class BenchReport:
                 f"| ratio | {ref.ratio:.2f} |",
             ]
         return "\n".join(lines)
+
+
+def _speedup(ratio: float) -> str:
+    """'1.25x' for a gain, '1.30x slower' for a loss: a ratio below 1 is not a speedup."""
+    return f"{ratio:.2f}x" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
 
 
 def _timed(fn) -> float:
@@ -159,6 +177,8 @@ def bench(
         seconds = statistics.fmean(t.seconds for t in traces)
         passes = [it for t in traces for it in t.iterations if it.drafts]
         forward_ms = sum(it.forward_ms for t in traces for it in t.iterations)
+        carried = sum(it.carried for it in passes)
+        stalled = [found for t in traces for found in stalls(t)]
         report.results.append(
             MethodResult(
                 method=name,
@@ -169,25 +189,41 @@ def bench(
                 mean_seconds=seconds,
                 step_compression=tokens / nfe,
                 latency_speedup=ar_seconds / seconds,
+                worst_nfe=max(t.nfe for t in traces),
                 accepted_per_pass=statistics.fmean(it.accepted for it in passes) if passes else 0.0,
                 changed_per_pass=statistics.fmean(it.changed for it in passes) if passes else 0.0,
+                changed_share=sum(it.changed for it in passes) / carried if carried else 0.0,
+                longest_stall=max((length for _, length in stalled), default=0),
+                stall_share=sum(length for _, length in stalled) / len(passes) if passes else 0.0,
                 verify_share=sum(it.verify_ms for it in passes) / max(forward_ms, 1e-9),
                 trace_share=sum(it.record_ms for t in traces for it in t.iterations) / (1000 * seconds * len(traces)),
             )
         )
-    reference = getattr(model, "reference_generate", None)
-    if compare_generate and reference is not None:
-        report.reference = _compare_generate(model, reference, prompts, seeds, sampling)
+    if compare_generate and model.reference_generate is not None:
+        report.reference = _compare_generate(model, prompts, seeds, sampling)
     return report
 
 
-def _compare_generate(model: ImageModel, reference, prompts: list[str], seeds: list[int], sampling) -> ReferenceResult:
-    unguided = SamplingSettings(**{**sampling.to_dict(), "guidance_scale": 1.0})
-    reference(prompts[0], unguided, seeds[0])
-    ours, theirs = 0.0, 0.0
-    for prompt in prompts:
-        for seed in seeds:
-            ours += _timed(partial(run, model, "ar", prompt, seed, unguided))
-            theirs += _timed(partial(reference, prompt, unguided, seed))
-    tokens = model.geometry.seq_len * len(prompts) * len(seeds)
-    return ReferenceResult(tokens / ours, tokens / theirs)
+def _compare_generate(
+    model: ImageModel, prompts: list[str], seeds: list[int], sampling: SamplingSettings
+) -> ReferenceResult | None:
+    """Time our AR loop and the family's generate() at the benchmark's sampling. Where that generate()
+    cannot form guidance this way (tiny's takes its prompt as embeddings, which transformers cannot
+    guide; Janus's always guides), both run at the nearest setting it can: guidance off, then the
+    model's default."""
+    reference = model.reference_generate
+    options = [sampling.guidance_scale, 1.0, model.default_sampling.guidance_scale]
+    for scale in dict.fromkeys(options):
+        settings = SamplingSettings(**{**sampling.to_dict(), "guidance_scale": scale})
+        try:
+            reference(prompts[0], settings, seeds[0])  # also the warm-up
+        except ValueError:
+            continue
+        ours, theirs = 0.0, 0.0
+        for prompt in prompts:
+            for seed in seeds:
+                ours += _timed(partial(run, model, "ar", prompt, seed, settings))
+                theirs += _timed(partial(reference, prompt, settings, seed))
+        tokens = model.geometry.seq_len * len(prompts) * len(seeds)
+        return ReferenceResult(tokens / ours, tokens / theirs, scale)
+    return None

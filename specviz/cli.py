@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz {run,models,bench} ...`; every subcommand has --help."""
+"""Command line: `python -m specviz {run,models,bench,check-lossless,figures} ...`; every subcommand has --help."""
 
 from __future__ import annotations
 
@@ -7,17 +7,31 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+from PIL import Image
 
 from specviz.bench import PromptFileError, bench, read_prompts
 from specviz.decoding import METHODS, PromptError, UnknownMethod, run
-from specviz.decoding.window import INIT_STRATEGIES, MAX_WINDOW
+from specviz.decoding.params import all_fields
 from specviz.lossless import check_lossless
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import UnsupportedMethod
 from specviz.models.registry import MODELS, load_model
-from specviz.models.sampling import SamplingSettings, SettingsError
-from specviz.trace import TraceError
+from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.threads import ThreadSettingError, configure_threads
+from specviz.trace import Trace, TraceError
+from specviz.viz.publication import (
+    FIGURES,
+    FORMATS,
+    STYLES,
+    WIDTH_RANGE_IN,
+    FigureOptionError,
+    check_options,
+    parse_formats,
+    write_figures,
+)
 
 IMAGE_SCALE = 8  # saved PNGs are upscaled with nearest neighbour so each token cell stays crisp
 
@@ -40,28 +54,38 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
 
 
+def _method_fields() -> dict:
+    """Every method parameter (name -> (type, spec)), from the methods' parameter classes."""
+    return all_fields([method.parameters for method in METHODS.values()])
+
+
 def _method_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("method parameters (Jacobi family)")
-    group.add_argument("--window", type=int, help=f"Jacobi window size W, 1 to {MAX_WINDOW} (default 16)")
-    group.add_argument("--init", choices=INIT_STRATEGIES, help="initialisation of new window slots (default random)")
-    group.add_argument(
-        "--neighbours", type=int, help="lantern, gsd: nearest codebook neighbours k (default 1000 and 128)"
-    )
-    group.add_argument("--delta", type=float, help="lantern: total-variation budget (default 0.1)")
-    group.add_argument(
-        "--group-size", type=int, help="gsd: candidates ranked within this many places of the draft (default 10)"
-    )
-    group.add_argument(
-        "--prob-gap", type=float, help="gsd: largest probability difference to the draft in a group (default 0.15)"
-    )
+    """One flag per method parameter, its help and defaults from the parameter classes."""
+    group = parser.add_argument_group("method parameters (each method takes only its own)")
+    for name, (kind, spec) in _method_fields().items():
+        defaults: dict[str, list[str]] = {}
+        for method in METHODS.values():
+            for field_name, _, _ in method.parameters.fields():
+                if field_name == name:
+                    value = str(getattr(method.parameters(), name)).lower()
+                    defaults.setdefault(value, []).append(method.name)
+        default = "; ".join(f"{value} for {', '.join(owners)}" for value, owners in defaults.items())
+        flag = "--" + name.replace("_", "-")
+        text = f"{spec.help} (default {default})"
+        if kind is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        elif spec.choices:
+            group.add_argument(flag, choices=spec.choices, help=text)
+        else:
+            group.add_argument(flag, type=kind, help=f"{text}; {spec.low} to {spec.high}")
 
 
 def _method_params(args: argparse.Namespace, method: str | None = None) -> dict:
     """Method parameters given on the command line; with `method`, only those that method takes."""
-    names = ("window", "init", "neighbours", "delta", "group_size", "prob_gap")
-    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    given = {name: getattr(args, name) for name in _method_fields() if getattr(args, name) is not None}
     if method is not None:
-        given = {k: v for k, v in given.items() if k in METHODS[method].parameters}
+        own = {name for name, _, _ in METHODS[method].parameters.fields()}
+        given = {k: v for k, v in given.items() if k in own}
     return given
 
 
@@ -148,6 +172,38 @@ def command_check_lossless(args: argparse.Namespace) -> int:
     return 0 if report.matches else 1
 
 
+def _load_trace(path: str) -> Trace:
+    """A trace file, its path in any message about it."""
+    try:
+        return Trace.load(path)
+    except TraceError as error:
+        message = str(error)
+        raise TraceError(message if path in message else f"{path}: {message}") from None
+
+
+def _image_decoder(traces: list[Trace]) -> Callable[[Trace, list[int]], Image.Image]:
+    """Decodes a trace's tokens with the trace's own model; the models load now, before any drawing."""
+    models = {name: load_model(name, None, "cpu") for name in dict.fromkeys(trace.model for trace in traces)}
+    return lambda trace, tokens: models[trace.model].decode(tokens)
+
+
+def command_figures(args: argparse.Namespace) -> int:
+    try:
+        formats = parse_formats(args.format)
+        traces = [(path, _load_trace(path)) for path in args.traces]
+        check_options(traces, args.style, args.width_in, args.iteration)
+    except FigureOptionError as error:
+        raise UsageError(str(error)) from None
+    out = _writable_folder(Path(args.out))
+    decode = _image_decoder([trace for _, trace in traces]) if args.image else None
+    made = write_figures(traces, out, formats, args.style, args.width_in, args.iteration, decode)
+    for path in made.files:
+        print(path)
+    for note in made.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m specviz", description="Speculative and Jacobi decoding for AR image generation, made visible."
@@ -193,6 +249,40 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument("--seed", type=int, default=0)
     _method_arguments(check_parser)
     check_parser.set_defaults(handler=command_check_lossless)
+
+    low, high = WIDTH_RANGE_IN
+    figures_parser = commands.add_parser(
+        "figures",
+        help="publication figures (PDF, SVG, PNG) from one or more trace.json files",
+        description="Writes one file per figure and format: "
+        + "; ".join(kind.title for kind in FIGURES)
+        + ". Figures that need records a trace lacks are skipped with a note. No model is loaded unless --image.",
+    )
+    figures_parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace.json files, e.g. a method and AR")
+    figures_parser.add_argument("--out", required=True, help="output folder (created if missing)")
+    figures_parser.add_argument(
+        "--format", default="pdf", help=f"comma-separated, from {', '.join(FORMATS)} (default pdf)"
+    )
+    figures_parser.add_argument(
+        "--style",
+        default="paper",
+        help=f"one of {', '.join(STYLES)}: paper has no titles and 8 pt text; slides and dark are for a projector "
+        "(default paper)",
+    )
+    figures_parser.add_argument(
+        "--width-in",
+        type=float,
+        help=f"figure width in inches, {low} to {high} (default "
+        + ", ".join(f"{style.width_in} for {name}" for name, style in STYLES.items())
+        + ")",
+    )
+    figures_parser.add_argument(
+        "--iteration", type=int, help="iteration the window figure shows (default: the one showing most fates)"
+    )
+    figures_parser.add_argument(
+        "--image", action="store_true", help="add the image after that iteration, decoded by the trace's model"
+    )
+    figures_parser.set_defaults(handler=command_figures)
     return parser
 
 
@@ -200,9 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        configure_threads()
         return args.handler(args)
     except (
         UsageError,
+        ThreadSettingError,
         PromptError,
         PromptFileError,
         SettingsError,

@@ -19,15 +19,15 @@ from scipy.stats import chi2
 
 from specviz.decoding.registry import get_method
 from specviz.models.protocol import IMAGE_CELL, Geometry
-from specviz.models.sampling import SamplingSettings
-from specviz.models.session import CachedSession
+from specviz.models.session import CachedSession, PromptRows
+from specviz.models.settings import SamplingSettings
 
 END_OF_ROW = 4
 TOY_GEOMETRY = Geometry(rows=2, cols=2, vocab_size=5, layout=(IMAGE_CELL, IMAGE_CELL, END_OF_ROW) * 2)
 TOY_SAMPLING = SamplingSettings(temperature=1.0, top_k=3, top_p=1.0, guidance_scale=2.0)
 SIGNIFICANCE = 1e-3
 # a window shorter than the sequence, so windows slide; groups and neighbourhoods that fit 4 tokens
-TOY_PARAMETERS = {"window": 3, "neighbours": 2, "group_size": 1}
+TOY_PARAMETERS = {"window": 3, "neighbours": 2, "ranks_above": 1, "ranks_below": 1}
 MIN_EXPECTED = 5.0
 
 
@@ -49,6 +49,7 @@ class ToyModel:
     geometry = TOY_GEOMETRY
     default_sampling = TOY_SAMPLING
     device = torch.device("cpu")
+    reference_generate = None
 
     def __init__(self, seed: int = 0, sharpness: float = 1.5):
         self.seed, self.sharpness = seed, sharpness
@@ -69,7 +70,9 @@ class ToyModel:
         rows = 1 if guidance_scale == 1.0 else 2
         cache = TokenCache(rows)
 
-        def step(tokens: torch.Tensor, cache: TokenCache) -> torch.Tensor:
+        def run(tokens: torch.Tensor, cache: TokenCache, mask: torch.Tensor | None, positions) -> torch.Tensor:
+            if mask is not None:
+                raise NotImplementedError("the toy model's token cache holds chains only, not draft trees")
             out = torch.empty(rows, tokens.shape[1], self.geometry.vocab_size)
             for row in range(rows):
                 for i, token in enumerate(tokens[row].tolist()):
@@ -79,7 +82,7 @@ class ToyModel:
 
         prefill = torch.stack([self.raw_logits(row, ()) for row in range(rows)])
         return CachedSession(
-            self.geometry, cache, prefill, step, guidance_scale, rows, token_vectors=self.token_vectors
+            self.geometry, cache, PromptRows(0), prefill, run, guidance_scale, token_vectors=self.token_vectors
         )
 
     def exact_distribution(self, sampling: SamplingSettings) -> dict[tuple[int, ...], float]:
@@ -132,7 +135,7 @@ def sample_sequences(
     sequences = []
     for _ in range(samples):
         session = model.session("", sampling.guidance_scale)
-        tokens = [t for it in spec.decode(session, sampling, generator, **params) for t in it.committed]
+        tokens = [t for it in spec.iterate(session, sampling, generator, params) for t in it.committed]
         sequences.append(tuple(tokens))
     return sequences
 
@@ -173,8 +176,9 @@ def check_lossless(
 ) -> LosslessReport:
     model = model or ToyModel()
     spec = get_method(method)
-    toy_defaults = {k: v for k, v in TOY_PARAMETERS.items() if k in spec.parameters}
+    known = {name for name, _, _ in spec.parameters.fields()}
+    toy_defaults = {k: v for k, v in TOY_PARAMETERS.items() if k in known}
     params = spec.resolve({**toy_defaults, **(params or {})})
     sequences = sample_sequences(model, method, params, sampling, samples, seed)
     statistic, dof, p_value, tv, outside = compare(model.exact_distribution(sampling), sequences)
-    return LosslessReport(method, params, samples, statistic, dof, p_value, tv, outside)
+    return LosslessReport(method, params.to_dict(), samples, statistic, dof, p_value, tv, outside)

@@ -7,18 +7,24 @@ kept, never full distributions, so a trace of a 256-token image is a few tens of
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-TRACE_VERSION = 1
+TRACE_VERSION = 2
 MAX_TRACE_BYTES = 64 * 1024 * 1024
 MAX_POSITIONS = 65536  # longest generated sequence a trace may describe
-MAX_WINDOW = 1024
+MAX_DRAFTS = 1024  # drafts one iteration may verify
+RESIDUAL_ENTRIES = 16  # tokens recorded at a rejected position
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Count = Annotated[int, Field(ge=0)]
+Fate = Literal["accepted", "rejected", "kept", "redrawn", "reset"]
+# where a newly initialised draft came from: an initialisation strategy, the model's row after the
+# window ("refined"), a forced layout slot, or "unknown" in a trace converted from version 1
+Origin = Literal["random", "repeat-left", "repeat-above", "sample-left", "sample-above", "refined", "forced", "unknown"]
 
 
 class TraceError(ValueError):
@@ -54,28 +60,49 @@ class TraceSampling(_Strict):
     guidance_scale: Annotated[float, Field(ge=0.0)]
 
 
+def _per_draft(kind: object) -> object:
+    return Annotated[list[kind], Field(max_length=MAX_DRAFTS)]
+
+
 class Iteration(_Strict):
     """One model pass of a method (AR: one token).
 
-    Offsets are relative to `start`, the first sequence position of the window. `drafts` are the
-    tokens verified this iteration, `p_old`/`p_new` their probabilities under the distribution
-    they were drafted from and under the target computed now, `ratio` their acceptance
-    probabilities. `committed` are the tokens fixed by this iteration, from `start` on.
-    `forward_ms` is the model pass, `verify_ms` the method's own work (verification, redraws,
-    new slots, cache cropping), `record_ms` the cost of writing this record.
+    Offsets are relative to `start`, the first sequence position of the window. Per verified draft:
+    `drafts` the tokens, `p_old`/`p_new` their probabilities under the distribution they were drawn
+    from and under the target computed now, `ratio` their acceptance probabilities, `uniform` the
+    draw that decided each (None where none did), `tv` the total-variation distance between the two
+    distributions (SCD's bound: a coupled draft stays the same with probability up to 1 - tv), and
+    `fate`: `accepted`, `rejected` (the first rejection, resampled), then for each later draft `kept`
+    (the same token carried into the next window), `redrawn` (its token changed) or `reset`
+    (discarded and initialised afresh). `new_init` and `new_source` say where the last
+    len(new_init) drafts, verified for the first time, came from (source position, -1 for none).
+    `residual_top` lists (token, p_old, p_new) of the most likely tokens at the rejected position.
+    Relaxed methods record the size and the target and draft masses of the group each draft was
+    accepted on. `committed` are the tokens fixed by this iteration, from `start` on. `forward_ms`
+    is the model pass, `verify_ms` the method's own work (verification, redraws, new slots, cache
+    cropping), `record_ms` the cost of writing this record.
     """
 
     start: Count
-    drafts: Annotated[list[Count], Field(max_length=MAX_WINDOW)] = []
-    p_old: Annotated[list[Probability], Field(max_length=MAX_WINDOW)] = []
-    p_new: Annotated[list[Probability], Field(max_length=MAX_WINDOW)] = []
-    ratio: Annotated[list[Probability], Field(max_length=MAX_WINDOW)] = []
+    drafts: _per_draft(Count) = []
+    p_old: _per_draft(Probability) = []
+    p_new: _per_draft(Probability) = []
+    ratio: _per_draft(Probability) = []
+    uniform: _per_draft(Probability | None) = []
+    tv: _per_draft(Probability | None) = []
+    fate: _per_draft(Fate) = []
     accepted: Count = 0
     rejected_at: Count | None = None
     resampled: Count | None = None
-    new_drafts: Count = 0
-    changed: Count = 0
-    committed: Annotated[list[Count], Field(max_length=MAX_WINDOW + 1)]
+    residual_top: Annotated[list[tuple[Count, Probability, Probability]], Field(max_length=RESIDUAL_ENTRIES)] | None = (
+        None
+    )
+    new_init: _per_draft(Origin) = []
+    new_source: _per_draft(Annotated[int, Field(ge=-1)]) = []
+    group_size: _per_draft(Count) | None = None
+    group_mass_new: _per_draft(Probability) | None = None
+    group_mass_old: _per_draft(Probability) | None = None
+    committed: Annotated[list[Count], Field(max_length=MAX_DRAFTS + 1)]
     forward_ms: Annotated[float, Field(ge=0.0)]
     verify_ms: Annotated[float, Field(ge=0.0)] = 0.0
     record_ms: Annotated[float, Field(ge=0.0)] = 0.0
@@ -83,21 +110,45 @@ class Iteration(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Iteration:
         n = len(self.drafts)
-        if not len(self.p_old) == len(self.p_new) == len(self.ratio) == n:
-            raise ValueError(f"drafts, p_old, p_new and ratio must have one entry per draft ({n})")
-        if self.accepted > n or self.new_drafts > n or self.changed > n:
-            raise ValueError("accepted, new_drafts and changed cannot exceed the number of drafts")
+        per_draft = [self.p_old, self.p_new, self.ratio, self.uniform, self.tv, self.fate]
+        if any(len(values) != n for values in per_draft):
+            raise ValueError(f"drafts, p_old, p_new, ratio, uniform, tv and fate need one entry per draft ({n})")
+        groups = [self.group_size, self.group_mass_new, self.group_mass_old]
+        if any(values is not None and len(values) != n for values in groups):
+            raise ValueError(f"group_size and group masses need one entry per draft ({n})")
+        if self.accepted > n or len(self.new_init) > n or len(self.new_source) != len(self.new_init):
+            raise ValueError("accepted and new drafts cannot exceed the drafts; new_init and new_source pair up")
         if self.rejected_at is not None and self.rejected_at != self.accepted:
             raise ValueError("the first rejection must come right after the accepted drafts")
         if (self.rejected_at is None) != (self.resampled is None):
             raise ValueError("rejected_at and resampled are given together or not at all")
         if self.committed[: self.accepted] != self.drafts[: self.accepted]:
             raise ValueError("committed tokens must begin with the accepted drafts")
+        expected = ["accepted"] * self.accepted + (["rejected"] if self.rejected_at is not None else [])
+        if n and (self.fate[: len(expected)] != expected or not set(self.fate[len(expected) :]) <= LATER_FATES):
+            raise ValueError(
+                "fate must be accepted for the accepted drafts, rejected at the rejection, then kept, redrawn or reset"
+            )
+        if n and self.rejected_at is None and len(expected) != n:
+            raise ValueError("a window without a rejection accepts every draft")
         return self
+
+    @property
+    def changed(self) -> int:
+        """Drafts carried into the next window with another token (what SCD reduces)."""
+        return self.fate.count("redrawn")
+
+    @property
+    def carried(self) -> int:
+        """Drafts carried into the next window, changed or not."""
+        return self.fate.count("redrawn") + self.fate.count("kept")
+
+
+LATER_FATES = {"kept", "redrawn", "reset"}
 
 
 class Trace(_Strict):
-    version: Literal[1] = TRACE_VERSION
+    version: Literal[2] = TRACE_VERSION
     model: Annotated[str, Field(max_length=200)]
     method: Annotated[str, Field(max_length=100)]
     lossless: bool
@@ -134,10 +185,6 @@ class Trace(_Strict):
             raise ValueError(f"iterations commit {position} tokens, the trace has {len(self.tokens)}")
         return self
 
-    @property
-    def accepted_drafts(self) -> int:
-        return sum(it.accepted for it in self.iterations)
-
     def to_json(self) -> str:
         return self.model_dump_json()
 
@@ -146,10 +193,17 @@ class Trace(_Strict):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Trace:
+        """Parse and validate; a version 1 trace is converted to version 2 on the way."""
         if len(text) > MAX_TRACE_BYTES:
             raise TraceError(f"trace is {len(text)} bytes; the limit is {MAX_TRACE_BYTES}")
         try:
-            return cls.model_validate_json(text)
+            data = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            raise TraceError(f"invalid trace: not valid JSON ({error})") from None
+        if isinstance(data, dict) and data.get("version") == 1:
+            data = _upgrade_from_version_1(data)
+        try:
+            return cls.model_validate(data)
         except ValidationError as error:
             raise TraceError(_describe(error)) from None
 
@@ -165,14 +219,37 @@ class Trace(_Strict):
             raise TraceError(f"cannot read trace {path}: {error.strerror or error}") from None
 
 
+def _upgrade_from_version_1(data: dict) -> dict:
+    """A version 1 trace as version 2. Version 1 kept no uniforms and no TV distances (None), and only
+    counted new drafts (origin "unknown"); kept and redrawn are read off the next window, which starts
+    with the drafts carried from this one. Anything malformed is left for validation to report."""
+    iterations = data.get("iterations")
+    if not isinstance(iterations, list) or not all(isinstance(it, dict) for it in iterations):
+        return data
+    for index, it in enumerate(iterations):
+        drafts, accepted, new = it.get("drafts", []), it.get("accepted", 0), it.pop("new_drafts", 0)
+        it.pop("changed", None)
+        if not (isinstance(drafts, list) and isinstance(accepted, int) and isinstance(new, int) and 0 <= new <= 10**6):
+            continue
+        following = iterations[index + 1].get("drafts", []) if index + 1 < len(iterations) else []
+        following = following if isinstance(following, list) else []
+        fate = ["accepted"] * accepted
+        if it.get("rejected_at") is not None:
+            later = drafts[accepted + 1 :]
+            fate += ["rejected"] + [
+                "kept" if i < len(following) and following[i] == token else "redrawn" for i, token in enumerate(later)
+            ]
+        it.update(fate=fate, uniform=[None] * len(drafts), tv=[None] * len(drafts))
+        it.update(new_init=["unknown"] * new, new_source=[-1] * new)
+    return {**data, "version": TRACE_VERSION}
+
+
 def _describe(error: ValidationError) -> str:
     """The first few problems of a validation error, each with where in the file it is."""
     problems = []
     for item in error.errors()[:3]:
         where = ".".join(str(part) for part in item["loc"]) or "file"
-        if item["type"] == "json_invalid":
-            problems.append(f"not valid JSON ({item['msg']})")
-        elif item["type"] == "literal_error" and item["loc"] == ("version",):
+        if item["type"] == "literal_error" and item["loc"] == ("version",):
             problems.append(
                 f"unsupported trace version {item.get('input')!r}; this specviz reads version {TRACE_VERSION}"
             )

@@ -12,6 +12,7 @@ import os
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,12 +23,13 @@ from PIL import Image
 
 from specviz import viz
 from specviz.decoding import METHODS, PromptError, RunStream, UnknownMethod, run
-from specviz.decoding.window import INIT_STRATEGIES, MAX_WINDOW
+from specviz.decoding.params import all_fields
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import ImageModel, UnsupportedMethod
 from specviz.models.registry import MODELS, load_model
-from specviz.models.sampling import SamplingSettings, SettingsError
+from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import Trace, TraceError
+from specviz.viz.publication import FORMATS, write_figures
 
 log = logging.getLogger("specviz.ui")
 
@@ -160,14 +162,40 @@ def sampling_from(temperature: float, top_k: float, top_p: float, guidance: floa
     return SamplingSettings(temperature=float(temperature), top_k=top_k, top_p=float(top_p), guidance_scale=guidance)
 
 
-PARAMETERS = ("window", "init", "neighbours", "delta", "group_size", "prob_gap")  # the method controls, in order
+METHOD_FIELDS = all_fields([method.parameters for method in METHODS.values()])
+PARAMETERS = tuple(METHOD_FIELDS)  # the method controls, in order
+
+
+def own_parameters(method: str) -> dict:
+    """The method's parameter names and defaults."""
+    return METHODS[method].parameters().to_dict()
 
 
 def params_from(method: str, *values) -> dict:
-    """The method's own parameters from the values of all method controls (in PARAMETERS order)."""
+    """The method's own parameters from the values of all method controls (in PARAMETERS order);
+    the method's parameter class validates them."""
     given = dict(zip(PARAMETERS, values, strict=True))
-    defaults = METHODS[method].parameters
-    return {name: type(defaults[name])(value) for name, value in given.items() if name in defaults}
+    return {name: given[name] for name in own_parameters(method)}
+
+
+def method_control(name: str, shown_for: str) -> gr.components.Component:
+    """The control of one method parameter, built from its declaration."""
+    kind, spec = METHOD_FIELDS[name]
+    own = own_parameters(shown_for)
+    visible, value = name in own, own.get(name, getattr(_first_owner(name).parameters(), name))
+    if kind is bool:
+        return gr.Checkbox(value, label=spec.label, info=spec.help, visible=visible)
+    if spec.choices:
+        return gr.Dropdown(list(spec.choices), value=value, label=spec.label, visible=visible)
+    if kind is int and spec.high - spec.low <= 256:
+        return gr.Slider(spec.low, spec.high, value=value, step=1, label=spec.label, visible=visible)
+    if kind is int:
+        return gr.Number(value, precision=0, minimum=spec.low, maximum=spec.high, label=spec.label, visible=visible)
+    return gr.Slider(spec.low, spec.high, value=value, step=0.01, label=spec.label, visible=visible)
+
+
+def _first_owner(name: str):
+    return next(method for method in METHODS.values() if name in method.parameters().to_dict())
 
 
 def show(image: Image.Image | None) -> Image.Image | None:
@@ -259,6 +287,24 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
     )
 
 
+def figure_archive(runs: dict, j: int, folder: Path, decoder: ImageModel | None, dark: bool) -> Path:
+    """figures.zip: the publication figures of the run on screen and its AR baseline at iteration j,
+    every format, as `python -m specviz figures` writes them (AR has an iteration for every token, so j
+    fits it too)."""
+    shown = [("the run on screen", runs["trace"])] + ([("its AR baseline", runs["ar"])] if runs.get("ar") else [])
+    decode = (lambda trace, tokens: on_compute_thread(decoder.decode, tokens)) if decoder else None
+    figures = folder / "figures"
+    figures.mkdir()
+    made = write_figures(shown, figures, FORMATS, "dark" if dark else "paper", iteration=j, decode=decode)
+    for note in made.notes:
+        log.info("figures: %s", note)
+    archive = folder / "figures.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for path in made.files:
+            bundle.write(path, path.name)
+    return archive
+
+
 def build() -> gr.Blocks:
     """The whole app; `app.py` launches it."""
     get_model("tiny")  # load the embedded model and prompt encoder now, so the first Run starts at once
@@ -283,13 +329,7 @@ def build() -> gr.Blocks:
                 prompt = gr.Textbox(value="red apple", label="Prompt", max_lines=2)
                 gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
                 seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
-                window = gr.Slider(1, MAX_WINDOW, value=16, step=1, label="Jacobi window W")
-                init = gr.Dropdown(list(INIT_STRATEGIES), value="random", label="New-slot initialisation")
-                neighbours = gr.Slider(1, 2048, value=1000, step=1, label="Codebook neighbours k", visible=False)
-                delta = gr.Slider(0.0, 1.0, value=0.1, step=0.01, label="LANTERN TV budget delta", visible=False)
-                group_size = gr.Slider(0, 64, value=10, step=1, label="GSD group: ranks either side", visible=False)
-                prob_gap = gr.Slider(0.0, 1.0, value=0.15, step=0.01, label="GSD group: probability gap", visible=False)
-                method_controls = [window, init, neighbours, delta, group_size, prob_gap]
+                method_controls = [method_control(name, "sjd") for name in PARAMETERS]
                 with gr.Accordion("Sampling", open=False):
                     temperature = gr.Slider(0.0, 2.0, value=1.0, step=0.05, label="Temperature (0 = greedy)")
                     top_k = gr.Number(value=0, precision=0, minimum=0, label="Top-k (0 = off)")
@@ -347,8 +387,10 @@ def build() -> gr.Blocks:
                 with gr.Tab("Replay and export"):
                     gr.Markdown(
                         "Upload a saved `trace.json` (for example one made on a GPU) to inspect it here without "
-                        "running a model. Download the current run's trace, an animation, or a frame; each plot "
-                        "also has a camera button that saves it as PNG."
+                        "running a model. Download the current run's trace, an animation, a frame, or "
+                        "`figures.zip`: the publication figures of the run (and its AR baseline) at this iteration, "
+                        "as PDF, SVG and PNG, in paper style (dark style in dark mode), the same files as "
+                        "`python -m specviz figures`; each plot also has a camera button that saves it as PNG."
                     )
                     upload = gr.File(label="Trace JSON", file_types=[".json"], type="filepath")
                     replay_status = gr.Markdown()
@@ -358,12 +400,10 @@ def build() -> gr.Blocks:
 
         def method_changed(name: str):
             """Show only the chosen method's own parameters, at its defaults where two methods share one."""
-            own = METHODS[name].parameters
+            own = own_parameters(name)
             note = "" if METHODS[name].lossless else f"{method_label(name)}: its output distribution differs from AR."
-            shown = [
-                gr.update(visible=True, value=own[p]) if p == "neighbours" and p in own else gr.update(visible=p in own)
-                for p in PARAMETERS
-            ]
+            hidden = gr.update(visible=False)
+            shown = [gr.update(visible=True, value=own[p]) if p in own else hidden for p in PARAMETERS]
             return (*shown, gr.update(value=note, visible=bool(note)))
 
         method.change(method_changed, method, [*method_controls, lossy_note])
@@ -542,6 +582,7 @@ def build() -> gr.Blocks:
             k = max(0, min(int(j), len(trace.iterations) - 1))
             viz.frame(trace, k, images[k], dark=night).save(folder / f"iteration-{k}.png")
             files.append(folder / f"iteration-{k}.png")
+            files.append(figure_archive(state, k, folder, decoder, night))
             return [str(f) for f in files]
 
         export_button.click(export, [runs, iteration, dark], downloads)

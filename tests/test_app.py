@@ -8,14 +8,14 @@ from gradio_client import Client, handle_file
 from PIL import Image
 
 from specviz.decoding import run
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
 from specviz.ui import show
 
 pytestmark = pytest.mark.xdist_group("app")  # one launched app per test run
 
-# model, method, prompt, seed, window, init, neighbours, delta, group size, probability gap,
-# temperature, top-k, top-p, guidance
-RACE = ["tiny", "sjd", "red apple", 3, 16, "random", 1000, 0.1, 10, 0.15, 1.0, 0, 1.0, 3.0]
+# model, method, prompt, seed, then the method controls (window, init, refine, reset in stall,
+# neighbours, delta, ranks above, ranks below, probability gap), temperature, top-k, top-p, guidance
+RACE = ["tiny", "sjd", "red apple", 3, 16, "random", True, 0, 1000, 0.1, 6, 7, 0.15, 1.0, 0, 1.0, 3.0]
 
 
 def _race(client: Client, **changes):

@@ -3,7 +3,7 @@
 import numpy as np
 
 from specviz.decoding import run
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
 
 
 def test_same_seed_same_tokens(tiny):

@@ -1,120 +1,31 @@
-"""Anole and Lumina-mGPT adapters on a tiny random-weight `ChameleonForConditionalGeneration` (offline),
-and the VQGAN decoder that transformers lacks."""
-
-import random
+"""Anole and Lumina-mGPT adapters on a tiny random-weight `ChameleonForConditionalGeneration`
+(model_zoo.py, offline), and the VQGAN decoder that transformers lacks. The protocol contract is in
+test_contract.py."""
 
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import (
-    ChameleonConfig,
-    ChameleonForConditionalGeneration,
-    ChameleonImageProcessor,
-    ChameleonProcessor,
-    ChameleonVQVAEConfig,
-    PreTrainedTokenizerFast,
-)
+from model_zoo import CHAMELEON_CODES as CODES
+from model_zoo import CHAMELEON_GRID as GRID
+from model_zoo import FAMILIES, chameleon_parts, chameleon_vq_config, image_token_name, uncached_greedy
+from transformers import ChameleonVQVAEConfig
 
 from specviz.decoding import run
 from specviz.models import hub
 from specviz.models.chameleon import VQGAN_ENV_VAR, AnoleModel, LuminaMGPTModel
 from specviz.models.errors import ModelUnavailable
-from specviz.models.protocol import IMAGE_CELL, ImageModel, Session
+from specviz.models.protocol import IMAGE_CELL
 from specviz.models.registry import MODELS
-from specviz.models.sampling import SamplingSettings
-from specviz.models.session import combine_guidance
+from specviz.models.settings import SamplingSettings
 from specviz.models.vqgan import VQGANDecoder
 
-MULTI_TOKEN_ATOL = 1e-4  # float32 on CPU: one pass of n tokens and n passes differ in summation order only
-CODES = 48
-GRID = 4  # tiny grid side; the releases use 32 (Anole) and 48 (Lumina-mGPT)
 ROW_END = CODES  # Lumina-mGPT's row-end layout token as a method id
-LUMINA_LEN = GRID * (GRID + 1)
-SPECIALS = [
-    "<s>",
-    "<pad>",
-    "</s>",
-    "<unk>",
-    "<racm3:break>",
-    "<eoss>",
-    "<reserved08799>",
-    "<reserved08706>",
-    "<reserved08802>",  # Lumina-mGPT's resolution token for 2 patches of 32 px (a 4-token side)
-    "<image>",
-]
-WORDS = ["a", "red", "apple", "rocket", "on", "the", "moon", "Generate", "an", "image", "of", ":"]
-PROMPTS = ["a red apple", "rocket on the moon"]
 JACOBI_FAMILY = ["jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd"]
-
-
-def image_token_name(code: int) -> str:
-    """Chameleon's name for codebook index `code`: its digits spelled with A-J, between IMGIMG and Z."""
-    return "IMGIMG" + "".join(chr(ord("A") + int(digit)) for digit in str(code)) + "Z"
-
-
-def tiny_vocab() -> dict[str, int]:
-    images = [image_token_name(code) for code in range(CODES)]
-    random.Random(0).shuffle(images)  # BPE ids deliberately not in codebook order
-    return {token: i for i, token in enumerate(SPECIALS + WORDS + images)}
-
-
-def tiny_processor(vocab: dict[str, int]) -> ChameleonProcessor:
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
-    )
-    tokenizer.boi_token, tokenizer.eoi_token, tokenizer.image_token = "<racm3:break>", "<eoss>", "<image>"
-    return ChameleonProcessor(ChameleonImageProcessor(), tokenizer, image_seq_length=GRID * GRID)
-
-
-def tiny_vq_config(levels: int = 2) -> dict:
-    return {
-        "embed_dim": 4,
-        "num_embeddings": CODES,
-        "latent_channels": 32,
-        "resolution": 8 * 2 ** (levels - 1),
-        "base_channels": 32,  # GroupNorm of 32 groups
-        "channel_multiplier": [1] * levels,
-        "num_res_blocks": 1,
-        "attn_resolutions": [],
-    }
-
-
-def tiny_network(vocab: dict[str, int], seed: int = 0) -> ChameleonForConditionalGeneration:
-    torch.manual_seed(seed)
-    config = ChameleonConfig(
-        vocab_size=len(vocab) + 4,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        vq_config=tiny_vq_config(),
-        vocabulary_map=vocab,
-    )
-    network = ChameleonForConditionalGeneration(config).eval()
-    # widen the default init (std 0.02) so tokens depend on the prompt, the guidance row and each other
-    with torch.no_grad():
-        for module in (network.model.layers, network.model.embed_tokens, network.lm_head):
-            for name, parameter in module.named_parameters():
-                if parameter.dim() == 2:
-                    std = 1.0 if ("embed" in name or module is network.model.embed_tokens) else 1.5
-                    parameter.normal_(0, std if std == 1.0 else std / parameter.shape[-1] ** 0.5)
-        for parameter in network.model.vqmodel.parameters():
-            parameter.normal_(0, 0.3)
-    return network
 
 
 @pytest.fixture(scope="module")
 def parts():
-    vocab = tiny_vocab()
-    return tiny_network(vocab), tiny_processor(vocab)
+    return chameleon_parts()
 
 
 @pytest.fixture(scope="module")
@@ -129,27 +40,15 @@ def lumina(parts) -> LuminaMGPTModel:
     return LuminaMGPTModel.from_model(network, processor, grid=GRID)
 
 
-@pytest.fixture(params=["anole", "lumina"])
+@pytest.fixture(params=["anole", "lumina-mgpt"])
 def model(request, anole, lumina):
-    return {"anole": anole, "lumina": lumina}[request.param]
-
-
-def layout_of(model) -> tuple[int, ...]:
-    return model.geometry.layout
-
-
-def valid_sequence(model, count: int, seed: int = 3) -> torch.Tensor:
-    """`count` method ids: random codes at image cells, the forced token at layout slots."""
-    codes = torch.randint(0, CODES, (count,), generator=torch.Generator().manual_seed(seed))
-    forced = torch.tensor(layout_of(model)[:count])
-    return torch.where(forced == IMAGE_CELL, codes, forced)
+    return {"anole": anole, "lumina-mgpt": lumina}[request.param]
 
 
 # ---- geometry and logits -----------------------------------------------------------------------
 
 
 def test_geometry_anole_plain_grid_lumina_row_end_after_every_row(anole, lumina):
-    assert isinstance(anole, ImageModel) and isinstance(lumina, ImageModel)
     assert anole.geometry == type(anole.geometry).plain_grid(GRID, GRID, CODES)
     assert (lumina.geometry.rows, lumina.geometry.cols, lumina.geometry.vocab_size) == (GRID, GRID, CODES + 1)
     assert lumina.geometry.layout == ((IMAGE_CELL,) * GRID + (ROW_END,)) * GRID
@@ -163,8 +62,6 @@ def test_geometry_anole_plain_grid_lumina_row_end_after_every_row(anole, lumina)
     assert anole.unconditional_ids()[0].tolist() == [vocab["<s>"], vocab["<racm3:break>"]]
     ids = anole.prompt_ids("a red apple")[0].tolist()
     assert ids[0] == vocab["<s>"] and ids[-1] == vocab["<racm3:break>"] and len(ids) == 5
-    session = lumina.session("a red apple", 3.0)
-    assert isinstance(session, Session) and session.nfe == 1 and session.next_logits.shape == (CODES + 1,)
 
 
 def test_image_ids_follow_the_codebook_order_of_the_token_names(anole):
@@ -175,100 +72,24 @@ def test_image_ids_follow_the_codebook_order_of_the_token_names(anole):
     assert anole.network.model.vocabulary_mapping.bpe2img == {bpe: code for code, bpe in enumerate(expected)}
 
 
-def test_logits_are_the_lm_head_on_hidden_states_at_the_image_ids(anole):
-    """transformers' forward masks every image token; our logits are lm_head(hidden) at those ids."""
-    network = anole.network
+def test_transformers_forward_masks_every_image_token(anole):
+    """So the adapter (and the uncached reference in model_zoo) apply lm_head to hidden states itself."""
     ids = anole.prompt_ids("a red apple")
-    tokens = torch.tensor([5, 17, 40])
-    sequence = torch.cat([ids, anole.method_to_text[tokens][None]], dim=1)
+    sequence = torch.cat([ids, anole.method_to_text[torch.tensor([5, 17, 40])][None]], dim=1)
     with torch.no_grad():
-        hidden = network.model(input_ids=sequence).last_hidden_state[0, ids.shape[1] - 1 :]
-        masked = network(input_ids=sequence).logits[0, ids.shape[1] - 1 :]
-    expected = network.lm_head(hidden)[:, anole.image_ids]  # (4, CODES) in codebook order
+        masked = anole.network(input_ids=sequence).logits[0, ids.shape[1] - 1 :]
     assert (masked[:, anole.image_ids] == torch.finfo(masked.dtype).min).all()
-    session = anole.session("a red apple", 1.0)
-    got = torch.cat([session.next_logits[None], session.forward(tokens)])
-    torch.testing.assert_close(got, expected, atol=MULTI_TOKEN_ATOL, rtol=0)
 
 
-# ---- the protocol contract ---------------------------------------------------------------------
-
-
-def test_one_forward_of_n_tokens_equals_n_single_forwards(model):
-    tokens = valid_sequence(model, 12)
-    window = model.session("a red apple", 3.0)
-    together = window.forward(tokens)
-    single = model.session("a red apple", 3.0)
-    one_by_one = []
-    for token in tokens:
-        one_by_one.append(single.forward(token.view(1))[0])
-        single.commit(1)
-    torch.testing.assert_close(together, torch.stack(one_by_one), atol=MULTI_TOKEN_ATOL, rtol=0)
-    assert window.nfe == 2 and single.nfe == 13
-
-
-def test_rollback_then_forward_reproduces_logits_exactly(model):
-    session = model.session("rocket", 3.0)
-    sequence = valid_sequence(model, 7, seed=5)
-    session.forward(sequence[:3])
-    session.commit(3)
-    drafts = sequence[3:]
-    first = session.forward(drafts).clone()
-    session.commit(0)
-    session.forward(valid_sequence(model, 5, seed=9)[3:])  # something else appended, then discarded
-    again = session.forward(drafts)
-    assert torch.equal(first, again)
-    session.commit(2)
-    assert session.length == 5 and torch.equal(session.next_logits, first[1])
-
-
-def test_lumina_row_end_slots_are_forced_one_hot(lumina):
-    session = lumina.session("rocket", 3.0)
-    assert session.next_logits[ROW_END] == float("-inf")  # position 0 is an image cell
-    tokens = valid_sequence(lumina, 11)
-    logits = session.forward(tokens)  # rows for positions 1..11
-    positions = torch.arange(1, 12)
-    forced = (positions + 1) % (GRID + 1) == 0
-    assert forced.sum() == 2
-    assert torch.all(logits[forced].argmax(-1) == ROW_END)
-    assert torch.all(logits[forced].softmax(-1).max(-1).values == 1.0)
-    assert torch.all(logits[~forced, ROW_END] == float("-inf")) and torch.isfinite(logits[~forced, :ROW_END]).all()
-
-
-# ---- against a hand-written reference ----------------------------------------------------------
-
-
-def _uncached_logits(model, ids: torch.Tensor, generated: list[int]) -> torch.Tensor:
-    """Image logits (codebook order) of the next position: one full uncached pass over one row."""
-    text = model.method_to_text[torch.tensor(generated, dtype=torch.long)][None]
-    sequence = torch.cat([ids, text], dim=1)
-    with torch.no_grad():
-        hidden = model.network.model(input_ids=sequence).last_hidden_state[0, -1]
-    return model.network.lm_head(hidden)[model.image_ids]
-
-
-def reference_greedy(model, prompt: str, scale: float) -> list[int]:
-    """Greedy decoding by full passes over each row alone, guidance on raw logits, layout forced.
-
-    transformers' `generate()` cannot be the reference: `forward` masks every image token."""
-    rows = [model.prompt_ids(prompt)]
-    if scale != 1.0:
-        rows.append(model.unconditional_ids())
-    tokens: list[int] = []
-    for entry in model.geometry.layout:
-        if entry != IMAGE_CELL:
-            tokens.append(entry)
-            continue
-        raw = torch.stack([_uncached_logits(model, ids, tokens) for ids in rows])
-        tokens.append(int(combine_guidance(raw, scale).argmax()))
-    return tokens
+# ---- against an uncached reference ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("scale", [3.0, 1.0])
 def test_greedy_ar_equals_an_uncached_greedy_loop(model, scale):
+    """transformers' `generate()` cannot be the reference: its `forward` masks every image token."""
     greedy = SamplingSettings(temperature=0, guidance_scale=scale)
     ours = run(model, "ar", "a red apple", 0, greedy).tokens
-    assert ours == reference_greedy(model, "a red apple", scale)
+    assert ours == uncached_greedy(FAMILIES[model.name], model, "a red apple", scale)
 
 
 def test_guidance_changes_the_greedy_image(lumina):
@@ -281,7 +102,7 @@ def test_guidance_changes_the_greedy_image(lumina):
 def test_jacobi_family_runs_end_to_end(model, method):
     sampling = SamplingSettings(temperature=1.0, top_k=20, guidance_scale=3.0)
     trace = run(model, method, "a red apple", 3, sampling, params={"window": 4})
-    layout = layout_of(model)
+    layout = model.geometry.layout
     assert len(trace.tokens) == len(layout)
     assert all(
         t == entry if entry != IMAGE_CELL else 0 <= t < CODES for t, entry in zip(trace.tokens, layout, strict=True)
@@ -328,14 +149,14 @@ def test_decode_returns_the_image_and_blanks_cells_not_generated(lumina, anole):
 def test_released_decoder_shape_turns_32x32_codes_into_512px():
     """Five levels (four upsamplings), as the released tokenizer; narrow channels to stay fast."""
     torch.manual_seed(0)
-    decoder = VQGANDecoder(ChameleonVQVAEConfig(**tiny_vq_config(levels=5), attn_type="vanilla")).eval()
+    decoder = VQGANDecoder(ChameleonVQVAEConfig(**chameleon_vq_config(levels=5), attn_type="vanilla")).eval()
     assert decoder.scale == 16
     codes = torch.randint(0, CODES, (1, 32, 32))
     assert decoder(codes).shape == (1, 3, 512, 512)
 
 
 def test_decoder_mid_attention_and_taming_key_names():
-    config = ChameleonVQVAEConfig(**(tiny_vq_config() | {"attn_resolutions": [8]}))
+    config = ChameleonVQVAEConfig(**(chameleon_vq_config() | {"attn_resolutions": [8]}))
     names = set(VQGANDecoder(config).state_dict())
     for key in (
         "decoder.conv_in.weight",
@@ -356,7 +177,7 @@ def test_decoder_mid_attention_and_taming_key_names():
 def test_decoder_weights_load_safely_from_a_checkpoint(tmp_path, fmt):
     from safetensors.torch import save_file
 
-    config = ChameleonVQVAEConfig(**tiny_vq_config())
+    config = ChameleonVQVAEConfig(**chameleon_vq_config())
     torch.manual_seed(1)
     source = VQGANDecoder(config).eval()
     state = {key: value.clone() for key, value in source.state_dict().items()}
@@ -376,7 +197,7 @@ def test_decoder_weights_load_safely_from_a_checkpoint(tmp_path, fmt):
 
 
 def test_decoder_refuses_pickled_code_and_incomplete_files(tmp_path):
-    config = ChameleonVQVAEConfig(**tiny_vq_config())
+    config = ChameleonVQVAEConfig(**chameleon_vq_config())
     hostile = tmp_path / "vqgan.ckpt"
     torch.save({"state_dict": {}, "callback": ModelUnavailable("not a tensor")}, hostile)
     with pytest.raises(ModelUnavailable, match="safely"):

@@ -1,131 +1,36 @@
-"""The Janus-Pro adapter on a tiny random-weight `JanusForConditionalGeneration` built here (offline)."""
+"""The Janus-Pro adapter on a tiny random-weight `JanusForConditionalGeneration` (model_zoo.py, offline).
+The protocol contract is in test_contract.py."""
 
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import (
-    JanusConfig,
-    JanusForConditionalGeneration,
-    JanusImageProcessorPil,
-    JanusProcessor,
-    PreTrainedTokenizerFast,
-)
+from model_zoo import FAMILIES, janus_config, janus_processor
+from model_zoo import JANUS_BOI as BOI
+from model_zoo import JANUS_BOS as BOS
+from model_zoo import JANUS_CODES as CODES
+from model_zoo import JANUS_HIDDEN as HIDDEN
+from model_zoo import JANUS_PAD as PAD
+from transformers import JanusForConditionalGeneration
 
 from specviz.decoding import run
 from specviz.models import hub
 from specviz.models.errors import ModelUnavailable
 from specviz.models.janus import ENV_VAR, JanusProModel
-from specviz.models.protocol import ImageModel, Session
 from specviz.models.registry import MODELS
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
 
-# float32 on CPU: a window pass and single-token passes differ only by summation order
-MULTI_TOKEN_ATOL = 1e-4
-HIDDEN = 32
-CODES = 64
-SPECIALS = ["<unk>", "<pad>", "<s>", "</s>", "<begin_of_image>", "<end_of_image>", "<image_placeholder>"]
-WORDS = ["a", "red", "apple", "rocket", "smiling", "cat", "on", "the", "moon"]
-BOS, PAD, BOI = 2, 1, 4
 PROMPTS = ["a red apple", "smiling cat on the moon"]
 JACOBI_FAMILY = ["jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd"]
 
 
-def tiny_processor() -> JanusProcessor:
-    vocab = {token: i for i, token in enumerate(SPECIALS + WORDS)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", BOS)])
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        bos_token="<s>",
-        eos_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        extra_special_tokens={
-            "image_token": "<image_placeholder>",
-            "boi_token": "<begin_of_image>",
-            "eoi_token": "<end_of_image>",
-        },
-    )
-    image_processor = JanusImageProcessorPil(image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5))
-    return JanusProcessor(image_processor, tokenizer, num_image_tokens=16)
-
-
-def tiny_config(projection_dim: int = HIDDEN) -> JanusConfig:
-    return JanusConfig(
-        text_config={
-            "model_type": "llama",
-            "vocab_size": 32,
-            "hidden_size": HIDDEN,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "intermediate_size": 64,
-            "max_position_embeddings": 128,
-            "pad_token_id": PAD,
-            "bos_token_id": BOS,
-            "eos_token_id": 3,
-        },
-        # 16 px images in 4 px patches: a 4x4 grid, so num_image_tokens 16; projection_dim = text hidden size
-        vision_config={
-            "hidden_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 4,
-            "image_size": 16,
-            "patch_size": 4,
-            "num_image_tokens": 16,
-            "projection_dim": HIDDEN,
-            "mlp_ratio": 2,
-        },
-        vq_config={
-            "embed_dim": 8,
-            "num_embeddings": CODES,
-            "latent_channels": 8,
-            "base_channels": 32,  # GroupNorm of 32 groups
-            "channel_multiplier": [1, 1],
-            "num_res_blocks": 1,
-            "projection_dim": projection_dim,
-            "image_token_embed_dim": HIDDEN,
-        },
-        image_token_id=6,
-    )
-
-
-def tiny_network(seed: int = 0) -> JanusForConditionalGeneration:
-    torch.manual_seed(seed)
-    network = JanusForConditionalGeneration(tiny_config()).eval()
-    # the default init (std 0.02) makes every position predict nearly the same thing: widen the
-    # generation path so tokens depend on the prompt, the guidance row and the previous tokens
-    generation = network.model
-    with torch.no_grad():
-        for module in (
-            generation.language_model,
-            generation.generation_embeddings,
-            generation.generation_aligner,
-            generation.generation_head,
-        ):
-            for name, parameter in module.named_parameters():
-                if parameter.dim() == 2:
-                    parameter.normal_(0, 1.0 if "embed" in name else 1.5 / parameter.shape[-1] ** 0.5)
-    config = network.generation_config
-    config.bos_token_id, config.pad_token_id = BOS, PAD
-    config.generation_kwargs = {"boi_token_id": BOI}
-    return network
-
-
 @pytest.fixture(scope="module")
 def janus() -> JanusProModel:
-    return JanusProModel.from_model(tiny_network(), tiny_processor())
+    return FAMILIES["janus-pro"].build()
 
 
-def test_implements_the_protocol(janus):
-    assert isinstance(janus, ImageModel)
-    session = janus.session("a red apple", 5.0)
-    assert isinstance(session, Session)
+def test_geometry_is_the_vq_grid_over_the_codebook(janus):
     assert (janus.geometry.rows, janus.geometry.cols, janus.geometry.vocab_size) == (4, 4, CODES)
-    assert janus.geometry.seq_len == 16 and session.nfe == 1 and session.length == 0
-    assert session.next_logits.shape == (CODES,)
+    assert janus.geometry.seq_len == 16 and janus.reference_generate is not None
 
 
 def test_prompt_ends_with_begin_of_image_and_guidance_row_keeps_only_bos_and_boi(janus):
@@ -136,10 +41,10 @@ def test_prompt_ends_with_begin_of_image_and_guidance_row_keeps_only_bos_and_boi
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_ar_reproduces_transformers_generate_greedy_with_guidance(janus, prompt):
+def test_ar_reproduces_reference_generate_greedy_with_guidance(janus, prompt):
     greedy = SamplingSettings(temperature=0, guidance_scale=5.0)
     ours = run(janus, "ar", prompt, 0, greedy).tokens
-    assert ours == janus.transformers_generate(prompt, greedy, 0)
+    assert ours == janus.reference_generate(prompt, greedy, 0)
     # guidance matters here, so the equality above is not the conditional model's alone
     assert ours != run(janus, "ar", prompt, 0, SamplingSettings(temperature=0, guidance_scale=1.0)).tokens
 
@@ -152,59 +57,11 @@ def test_ar_reproduces_transformers_generate_greedy_with_guidance(janus, prompt)
         (2, SamplingSettings(temperature=0.7, top_k=16, guidance_scale=3.0)),
     ],
 )
-def test_ar_reproduces_transformers_generate_sampling_with_the_same_seed(janus, seed, sampling):
+def test_ar_reproduces_reference_generate_sampling_with_the_same_seed(janus, seed, sampling):
     """generate() draws from the global generator seeded with `seed`, our AR from a generator seeded
     with `seed`: the same stream, the same (V,) distributions, so the same tokens."""
     ours = run(janus, "ar", "a red apple", seed, sampling).tokens
-    assert ours == janus.transformers_generate("a red apple", sampling, seed)
-
-
-def test_one_forward_of_n_tokens_equals_n_single_forwards(janus):
-    tokens = torch.randint(0, CODES, (10,), generator=torch.Generator().manual_seed(1))
-    window = janus.session("a red apple", 5.0)
-    together = window.forward(tokens)
-    single = janus.session("a red apple", 5.0)
-    one_by_one = []
-    for token in tokens:
-        one_by_one.append(single.forward(token.view(1))[0])
-        single.commit(1)
-    torch.testing.assert_close(together, torch.stack(one_by_one), atol=MULTI_TOKEN_ATOL, rtol=0)
-    assert window.nfe == 2 and single.nfe == 11
-
-
-def test_rollback_then_forward_reproduces_logits_exactly(janus):
-    session = janus.session("rocket", 5.0)
-    session.forward(torch.tensor([5, 9, 60]))
-    session.commit(3)
-    drafts = torch.tensor([1, 2, 3, 4])
-    first = session.forward(drafts).clone()
-    session.commit(0)
-    session.forward(torch.tensor([7, 8]))
-    again = session.forward(drafts)
-    assert torch.equal(first, again)
-    session.commit(2)
-    assert session.length == 5 and torch.equal(session.next_logits, first[1])
-
-
-def _uncached_head_logits(janus, ids, tokens):
-    """Generation-head logits of every generated position by one uncached pass over the whole row."""
-    network = janus.network
-    embeds = torch.cat(
-        [network.get_input_embeddings()(ids), network.prepare_embeddings_for_image_generation(tokens[None])], dim=1
-    )
-    with torch.no_grad():
-        hidden = network.model.language_model(inputs_embeds=embeds).last_hidden_state[0]
-    return network.model.generation_head(hidden[ids.shape[1] - 1 :])
-
-
-def test_guidance_combines_raw_logits_of_the_two_rows(janus):
-    tokens, scale = torch.tensor([3, 14, 15, 9]), 5.0
-    session = janus.session("smiling cat", scale)
-    got = torch.cat([session.next_logits[None], session.forward(tokens)])
-    ids = janus.prompt_ids("smiling cat")
-    cond = _uncached_head_logits(janus, ids, tokens)
-    uncond = _uncached_head_logits(janus, janus.unconditional_ids(ids), tokens)
-    torch.testing.assert_close(got, uncond + scale * (cond - uncond), atol=1e-3, rtol=0)
+    assert ours == janus.reference_generate("a red apple", sampling, seed)
 
 
 def _pixels(janus, tokens: torch.Tensor) -> torch.Tensor:
@@ -249,9 +106,9 @@ def test_codebook_vectors_for_relaxed_methods(janus):
 
 
 def test_projection_dim_must_equal_the_text_hidden_size():
-    network = JanusForConditionalGeneration(tiny_config(projection_dim=HIDDEN // 2)).eval()
+    network = JanusForConditionalGeneration(janus_config(projection_dim=HIDDEN // 2)).eval()
     with pytest.raises(ValueError, match="projection_dim"):
-        JanusProModel.from_model(network, tiny_processor())
+        JanusProModel.from_model(network, janus_processor())
 
 
 def test_load_from_a_local_folder(tmp_path, janus):
@@ -282,7 +139,9 @@ def test_unreachable_hub_says_what_to_pass(monkeypatch):
 def test_small_gpu_is_refused_with_the_memory_needed(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**20, 2**30))
     with pytest.raises(ModelUnavailable, match=r"needs about \d+\.\d GiB of GPU memory"):
-        hub.check_gpu_memory("janus-pro", JanusForConditionalGeneration, tiny_config(), torch.device("cuda"))
+        hub.check_gpu_memory(
+            "janus-pro", lambda: JanusForConditionalGeneration._from_config(janus_config()), torch.device("cuda")
+        )
 
 
 def test_registered_after_tiny_and_offline_only_with_local_weights(monkeypatch, tmp_path):

@@ -1,4 +1,5 @@
-"""The LlamaGen adapter on tiny random-weight models of our own classes (offline, no released weights)."""
+"""The LlamaGen adapter on tiny random-weight models of our own classes (model_zoo.py, offline, no
+released weights). The protocol contract is in test_contract.py."""
 
 import argparse
 from dataclasses import replace
@@ -6,99 +7,38 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel
+from model_zoo import FAMILIES, llamagen_config, uncached_greedy
+from model_zoo import LLAMAGEN_CLASSES as CLASSES
+from model_zoo import LLAMAGEN_CODES as CODES
+from model_zoo import LLAMAGEN_VQ as VQ_CONFIG
 
 from specviz.decoding import run
 from specviz.models import hub, llamagen
 from specviz.models.errors import ModelUnavailable
-from specviz.models.llamagen import (
-    KVCache,
-    LlamaGenModel,
-    LlamaGenTransformer,
-    apply_rotary,
-    parse_class,
-    rotary_table_2d,
-    tiny_config,
-)
-from specviz.models.llamagen_vq import VQDecoder, VQDecoderConfig
-from specviz.models.protocol import ImageModel, Session
+from specviz.models.llamagen import LlamaGenModel, LlamaGenTransformer, apply_rotary, parse_class, rotary_table_2d
 from specviz.models.registry import MODELS
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
 
-# float32 on CPU: a window pass and single-token passes differ only by summation order
-MULTI_TOKEN_ATOL = 1e-5
-CODES = 64
-CLASSES = 10
 JACOBI_FAMILY = ["jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd"]
-VQ_CONFIG = VQDecoderConfig(
-    codebook_size=CODES, codebook_embed_dim=8, z_channels=32, base_channels=32, channel_multipliers=(1, 2)
-)
 IMAGE = 4 * VQ_CONFIG.downsampling  # 4x4 grid, 2x upsampling: 8 px
-WORDS = ["<pad>", "</s>", "<unk>", "a", "red", "apple", "smiling", "cat", "on", "the", "moon"]
-
-
-def tiny_vq(seed: int = 1) -> VQDecoder:
-    torch.manual_seed(seed)
-    return VQDecoder(VQ_CONFIG).eval()
-
-
-def tiny_c2i(seed: int = 0) -> LlamaGenModel:
-    torch.manual_seed(seed)
-    return LlamaGenModel.from_model(LlamaGenTransformer(tiny_config()), tiny_vq())
-
-
-def tiny_t5() -> tuple[T5EncoderModel, PreTrainedTokenizerFast]:
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
-    )
-    torch.manual_seed(2)
-    config = T5Config(vocab_size=len(WORDS), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2, pad_token_id=0)
-    return T5EncoderModel(config).eval(), tokenizer
-
-
-def tiny_t2i() -> LlamaGenModel:
-    torch.manual_seed(3)
-    gpt = LlamaGenTransformer(tiny_config(model_type="t2i", caption_dim=16, cls_token_num=8))
-    with torch.no_grad():
-        gpt.cls_embedding.uncond_embedding.normal_(0, 0.25)  # the release draws it at random, then trains it
-    encoder, tokenizer = tiny_t5()
-    return LlamaGenModel.from_model(gpt, tiny_vq(), text_encoder=encoder, tokenizer=tokenizer)
 
 
 @pytest.fixture(scope="module")
 def c2i() -> LlamaGenModel:
-    return tiny_c2i()
+    return FAMILIES["llamagen-c2i"].build()
 
 
 @pytest.fixture(scope="module")
 def t2i() -> LlamaGenModel:
-    return tiny_t2i()
-
-
-def uncached_raw(gpt: LlamaGenTransformer, condition: torch.Tensor, tokens: torch.Tensor, key_valid=None):
-    """(len(tokens) + 1, V) raw logits of every generated position: one pass, no cache."""
-    sequence = torch.cat([condition, gpt.tok_embeddings(tokens.view(1, -1))], dim=1)
-    with torch.no_grad():
-        return gpt(sequence, None, key_valid=key_valid)[0, condition.shape[1] - 1 :]
-
-
-def label_embedding(model: LlamaGenModel, label: int) -> torch.Tensor:
-    return model.gpt.cls_embedding.embedding_table.weight[label].view(1, 1, -1)
+    return FAMILIES["llamagen-t2i"].build()
 
 
 # ------------------------------------------------------------------------------------------- protocol
 
 
-def test_implements_the_protocol(c2i):
-    assert isinstance(c2i, ImageModel)
-    session = c2i.session("3", 4.0)
-    assert isinstance(session, Session)
+def test_geometry_and_release_defaults(c2i):
     assert (c2i.geometry.rows, c2i.geometry.cols, c2i.geometry.vocab_size) == (4, 4, CODES)
-    assert session.nfe == 1 and session.length == 0 and session.next_logits.shape == (CODES,)
+    assert c2i.reference_generate is None
     assert c2i.default_sampling == SamplingSettings(temperature=1.0, top_k=2000, guidance_scale=4.0)
 
 
@@ -111,7 +51,7 @@ def test_class_prompts():
 
 
 def test_rotary_is_2d_over_the_grid_and_zero_on_the_condition():
-    config = tiny_config()  # head_dim 8: pairs 0-1 rotate by the row, pairs 2-3 by the column
+    config = llamagen_config()  # head_dim 8: pairs 0-1 rotate by the row, pairs 2-3 by the column
     table = rotary_table_2d(config)
     assert table.shape == (1 + 16, 4, 2) and (table[0] == 0).all()
     freqs = 1.0 / config.rope_base ** (torch.arange(0, 4, 2).float() / 4)
@@ -126,75 +66,12 @@ def test_rotary_is_2d_over_the_grid_and_zero_on_the_condition():
     torch.testing.assert_close(rotated, torch.view_as_real(as_complex * turn).flatten(3))
 
 
-def test_one_forward_of_n_tokens_equals_n_single_forwards(c2i):
-    tokens = torch.randint(0, CODES, (10,), generator=torch.Generator().manual_seed(1))
-    window = c2i.session("3", 4.0)
-    together = window.forward(tokens)
-    single = c2i.session("3", 4.0)
-    one_by_one = []
-    for token in tokens:
-        one_by_one.append(single.forward(token.view(1))[0])
-        single.commit(1)
-    torch.testing.assert_close(together, torch.stack(one_by_one), atol=MULTI_TOKEN_ATOL, rtol=0)
-    assert window.nfe == 2 and single.nfe == 11
-
-
-def test_rollback_then_forward_reproduces_logits_exactly(c2i):
-    session = c2i.session("5", 4.0)
-    session.forward(torch.tensor([5, 9, 60]))
-    session.commit(3)
-    drafts = torch.tensor([1, 2, 3, 4])
-    first = session.forward(drafts).clone()
-    session.commit(0)
-    session.forward(torch.tensor([7, 8]))
-    again = session.forward(drafts)
-    assert torch.equal(first, again)
-    session.commit(2)
-    assert session.length == 5 and torch.equal(session.next_logits, first[1])
-
-
-def test_cache_crop_takes_negative_counts():
-    cache = KVCache(1)
-    cache.update(0, torch.zeros(2, 1, 5, 4), torch.zeros(2, 1, 5, 4))
-    cache.crop(-2)
-    assert cache.length == 3
-    with pytest.raises(ValueError):
-        cache.crop(-4)
-
-
-def test_guidance_combines_raw_logits_of_the_class_and_null_class_rows(c2i):
-    tokens, scale = torch.tensor([3, 14, 15, 9, 26]), 4.0
-    session = c2i.session("7", scale)
-    got = torch.cat([session.next_logits[None], session.forward(tokens)])
-    cond = uncached_raw(c2i.gpt, label_embedding(c2i, 7), tokens)
-    uncond = uncached_raw(c2i.gpt, label_embedding(c2i, CLASSES), tokens)  # the extra, null-class row
-    torch.testing.assert_close(got, uncond + scale * (cond - uncond), atol=1e-4, rtol=0)
-    assert not torch.allclose(cond, uncond, atol=1e-2)  # the class matters
-
-
-def test_guidance_scale_one_is_the_conditional_model_alone(c2i):
-    tokens = torch.tensor([3, 14, 15])
-    session = c2i.session("7", 1.0)
-    got = torch.cat([session.next_logits[None], session.forward(tokens)])
-    torch.testing.assert_close(got, uncached_raw(c2i.gpt, label_embedding(c2i, 7), tokens), atol=1e-5, rtol=0)
-
-
-def greedy_uncached_with_guidance(model: LlamaGenModel, label: int, scale: float) -> list[int]:
-    """LlamaGen's sampler, greedy, without a cache: both rows re-run over the whole sequence each step."""
-    tokens: list[int] = []
-    for _ in range(model.geometry.seq_len):
-        sequence = torch.tensor(tokens, dtype=torch.long)
-        cond = uncached_raw(model.gpt, label_embedding(model, label), sequence)[-1]
-        uncond = uncached_raw(model.gpt, label_embedding(model, CLASSES), sequence)[-1]
-        tokens.append(int((uncond + scale * (cond - uncond)).argmax()))
-    return tokens
-
-
 @pytest.mark.parametrize("label", [2, 7])
 def test_greedy_ar_equals_an_uncached_greedy_loop_with_guidance(c2i, label):
+    """LlamaGen's sampler, greedy, without a cache: both rows re-run over the whole sequence each step."""
     greedy = SamplingSettings(temperature=0, guidance_scale=4.0)
     ours = run(c2i, "ar", str(label), 0, greedy).tokens
-    assert ours == greedy_uncached_with_guidance(c2i, label, 4.0)
+    assert ours == uncached_greedy(FAMILIES["llamagen-c2i"], c2i, str(label), 4.0)
     assert ours != run(c2i, "ar", str(label), 0, SamplingSettings(temperature=0, guidance_scale=1.0)).tokens
 
 
@@ -330,8 +207,9 @@ def test_t2i_padding_is_invisible_and_guidance_uses_the_learned_null_caption(t2i
     short.load_state_dict(state)
     features, _ = t2i.caption_features("a red apple")
     projected = short.cls_embedding(torch.cat([features[:, 4:], t2i.gpt.cls_embedding.uncond_embedding[None, 4:]]))
-    cond = uncached_raw(short, projected[:1], tokens)
-    uncond = uncached_raw(short, projected[1:], tokens)
+    sequence = torch.cat([projected, short.tok_embeddings(tokens.expand(2, -1))], dim=1)
+    with torch.no_grad():
+        cond, uncond = short(sequence)[:, 3:]  # no padding, no mask: plain causal
     torch.testing.assert_close(got, uncond + scale * (cond - uncond), atol=1e-4, rtol=0)
     assert t2i.default_sampling == SamplingSettings(temperature=1.0, top_k=1000, guidance_scale=7.5)
 

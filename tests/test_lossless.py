@@ -6,8 +6,10 @@ tokens, a forced end-of-row slot after each row) and must pass a chi-square test
 """
 
 import pytest
+import torch
 
-from specviz.decoding.window import INIT_STRATEGIES, JacobiWindow
+from specviz.decoding import scd_mc
+from specviz.decoding.params import INIT_STRATEGIES
 from specviz.lossless import SIGNIFICANCE, check_lossless
 
 SAMPLES = 20_000
@@ -39,13 +41,14 @@ def test_sjd_without_the_residual_is_caught(monkeypatch):
 
 def test_maximal_coupling_that_carries_p_old_forward_is_caught(monkeypatch):
     """The bug of one public implementation: verifying a coupled draft against its old distribution."""
-    honest = JacobiWindow.advance
+    honest = scd_mc.verify
 
-    def carry_p_old(self, accepted, head, carried, carried_probs, p_old, p_new, ratio):
-        stale = self.draft_probs[accepted + 1 :]
-        return honest(self, accepted, head, carried, stale, p_old=p_old, p_new=p_new, ratio=ratio)
+    def carry_p_old(step):
+        verdict = honest(step)
+        verdict.next_probs = torch.cat([step.q[1:], step.p[step.w :]])
+        return verdict
 
-    monkeypatch.setattr(JacobiWindow, "advance", carry_p_old)
+    monkeypatch.setattr(scd_mc, "verify", carry_p_old)
     report = check_lossless("scd-mc", samples=SAMPLES, seed=11)
     print(report.summary())
     assert not report.matches and report.p_value < 1e-6

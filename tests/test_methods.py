@@ -5,14 +5,14 @@ import torch
 
 from specviz.decoding import METHODS, run
 from specviz.decoding.gsd import dynamic_groups
+from specviz.decoding.params import INIT_STRATEGIES, WindowParameters
 from specviz.decoding.sampling import gumbel_noise, maximal_coupling, nearest_tokens, residual
-from specviz.decoding.window import INIT_STRATEGIES
 from specviz.lossless import ToyModel, check_lossless
 from specviz.models.protocol import UnsupportedMethod
-from specviz.models.sampling import SamplingSettings, SettingsError
+from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import Trace
 
-WINDOW_METHODS = [name for name, method in METHODS.items() if "window" in method.parameters]
+WINDOW_METHODS = [name for name, method in METHODS.items() if issubclass(method.parameters, WindowParameters)]
 
 
 @pytest.mark.parametrize("method", WINDOW_METHODS)
@@ -24,6 +24,7 @@ def test_every_method_completes_the_image_with_a_valid_trace(tiny, method):
     windows = [it for it in trace.iterations if it.drafts]
     assert all(len(it.drafts) <= 8 for it in windows)
     assert all(it.accepted == len(it.drafts) or it.rejected_at == it.accepted for it in windows)
+    assert all(len(it.fate) == len(it.uniform) == len(it.tv) == len(it.drafts) for it in windows)
 
 
 @pytest.mark.parametrize("init", INIT_STRATEGIES)
@@ -52,11 +53,17 @@ def test_window_of_one_and_a_window_past_the_end(tiny):
     [
         ("sjd", {"window": 0}, "window must be an integer from 1 to 128"),
         ("sjd", {"window": 129}, "window must be an integer from 1 to 128"),
-        ("sjd", {"init": "diagonal"}, "unknown initialisation 'diagonal'"),
+        ("sjd", {"window": 2.5}, "window must be an integer from 1 to 128, got 2.5"),
+        ("sjd", {"window": True}, "window must be an integer"),
+        ("sjd", {"init": "diagonal"}, "init must be one of random, repeat-left"),
+        ("sjd", {"refine": "yes"}, "refine must be true or false"),
+        ("sjd", {"reset_in_stall": 4}, r"reset_in_stall needs a repeat-\* or sample-\* initialisation"),
         ("ar", {"window": 4}, "method ar has no parameter window"),
-        ("lantern", {"delta": 2.0}, "delta is a total-variation budget"),
-        ("gsd", {"group_size": -1}, "group size must be a non-negative integer"),
-        ("gsd", {"prob_gap": 1.5}, "prob_gap is a difference of probabilities"),
+        ("sjd", {"group_size": 4}, "method sjd has no parameter group_size"),
+        ("lantern", {"delta": 2.0}, "delta must be a number from 0 to 1, got 2.0"),
+        ("lantern", {"delta": float("nan")}, "delta must be a number from 0 to 1"),
+        ("gsd", {"ranks_above": -1}, "ranks_above must be an integer from 0 to 1000"),
+        ("gsd", {"prob_gap": 1.5}, "prob_gap must be a number from 0 to 1"),
     ],
 )
 def test_out_of_range_method_parameters_are_refused(tiny, method, params, message):
@@ -118,16 +125,16 @@ def test_gsd_groups_are_formed_from_the_target_rank_probability_and_codebook():
     # target over 6 tokens, ranked 2 > 0 > 4 > 1 > 5 > 3; the draft is token 0 (rank 1)
     p = torch.tensor([[0.30, 0.10, 0.35, 0.01, 0.20, 0.04]])
     near = torch.tensor([[4, 1], [0, 2], [0, 1], [5, 4], [0, 5], [3, 4]])  # each token's 2 nearest codes
-    candidates, member = dynamic_groups(p, torch.tensor([0]), near, group_size=2, prob_gap=0.15)
+    candidates, member = dynamic_groups(p, torch.tensor([0]), near, above=2, below=2, prob_gap=0.15)
     groups = {int(t) for t, m in zip(candidates[0], member[0], strict=True) if m}
     # two ranks either side of the draft: token 2 above (nothing above it), 4 and 1 below; 2 is not
     # near 0, 1 is near but 0.20 less likely, 4 is near and within 0.15: the group is {0, 4}
     assert groups == {0, 4}
-    _, member = dynamic_groups(p, torch.tensor([0]), near, group_size=0, prob_gap=0.15)
-    assert int(member.sum()) == 1  # group size 0: the draft alone
+    _, member = dynamic_groups(p, torch.tensor([0]), near, above=0, below=0, prob_gap=0.15)
+    assert int(member.sum()) == 1  # no ranks either side: the draft alone
 
 
 def test_gsd_with_groups_of_one_is_sjd_token_for_token(tiny):
     sjd = run(tiny, "sjd", "rocket", seed=4)
-    gsd = run(tiny, "gsd", "rocket", seed=4, params={"group_size": 0})
+    gsd = run(tiny, "gsd", "rocket", seed=4, params={"ranks_above": 0, "ranks_below": 0})
     assert gsd.tokens == sjd.tokens and gsd.nfe == sjd.nfe

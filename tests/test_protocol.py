@@ -1,105 +1,118 @@
-"""The model protocol's contract, on the embedded model and on a synthetic step function."""
+"""The session layer on a synthetic model; the contract on every family's model is in test_contract.py."""
 
 import pytest
 import torch
 from transformers import DynamicCache
 
-from specviz.models.protocol import IMAGE_CELL, Geometry, ImageModel, Session
-from specviz.models.session import CachedSession
+from specviz.models.protocol import IMAGE_CELL, Geometry
+from specviz.models.session import CachedSession, PromptRows, tree_structure
 
-# float32 on CPU: a window pass and single-token passes differ only by summation order
-MULTI_TOKEN_ATOL = 1e-4
-
-
-def test_tiny_implements_the_protocol(tiny):
-    assert isinstance(tiny, ImageModel)
-    session = tiny.session("red apple", 3.0)
-    assert isinstance(session, Session)
-    assert session.geometry.seq_len == 256 and session.geometry.vocab_size == 1024
-    assert session.nfe == 1 and session.length == 0
+END_OF_ROW = 4
+# an end-of-row token after every row, as Emu3 and Lumina-mGPT have
+GEOMETRY = Geometry(rows=2, cols=2, vocab_size=5, layout=(IMAGE_CELL, IMAGE_CELL, END_OF_ROW) * 2)
 
 
-def test_one_forward_of_n_tokens_equals_n_single_forwards(tiny):
-    tokens = torch.randint(0, 1024, (12,), generator=torch.Generator().manual_seed(1))
-    window = tiny.session("red apple", 3.0)
-    together = window.forward(tokens)
-    single = tiny.session("red apple", 3.0)
-    one_by_one = []
-    for token in tokens:
-        one_by_one.append(single.forward(token.view(1))[0])
-        single.commit(1)
-    torch.testing.assert_close(together, torch.stack(one_by_one), atol=MULTI_TOKEN_ATOL, rtol=0)
-    assert window.nfe == 2 and single.nfe == 13
+class Recorder:
+    """A 'model' whose logits are random; it records the masks and positions the session passes."""
 
+    def __init__(self):
+        self.calls: list[tuple[torch.Tensor | None, torch.Tensor | None]] = []
 
-def test_rollback_then_forward_reproduces_logits_exactly(tiny):
-    session = tiny.session("rocket", 2.0)
-    prefix, drafts = torch.tensor([5, 9, 700]), torch.tensor([1, 2, 3, 4])
-    session.forward(prefix)
-    session.commit(3)
-    first = session.forward(drafts).clone()
-    session.commit(0)  # rollback: the drafts leave no trace in the cache
-    session.forward(torch.tensor([77, 78]))
-    again = session.forward(drafts)
-    assert torch.equal(first, again)
-    session.commit(2)
-    assert session.length == 5
-    assert torch.equal(session.next_logits, first[1])
-
-
-def test_commit_beyond_appended_tokens_is_refused(tiny):
-    session = tiny.session("sun", 1.0)
-    session.forward(torch.tensor([1, 2]))
-    with pytest.raises(ValueError, match="cannot commit 3 of 2"):
-        session.commit(3)
-
-
-def _direct_logits(tiny, prompt, tokens, conditional=True):
-    """Next-token logits of every generated position by one uncached pass over the whole sequence."""
-    net = tiny.network
-    text = None
-    if conditional:
-        from specviz.models.tiny.text import shared_text_encoder
-
-        text = shared_text_encoder()([prompt])
-    embeds = torch.cat([net.prefix(text, 1), net.embed_tokens(tokens[None])], dim=1)
-    with torch.no_grad():
-        logits = net.lm(inputs_embeds=embeds).logits[0]
-    return logits[net.config.prefix_len - 1 :]
-
-
-def test_guidance_scale_one_is_the_conditional_model(tiny):
-    tokens = torch.tensor([3, 14, 15, 92, 65])
-    session = tiny.session("smiling cat", 1.0)
-    cached = torch.cat([session.next_logits[None], session.forward(tokens)])
-    torch.testing.assert_close(cached, _direct_logits(tiny, "smiling cat", tokens), atol=MULTI_TOKEN_ATOL, rtol=0)
-
-
-def test_guidance_combines_conditional_and_unconditional_logits(tiny):
-    tokens = torch.tensor([3, 14, 15])
-    scale = 4.0
-    guided = tiny.session("smiling cat", scale)
-    got = torch.cat([guided.next_logits[None], guided.forward(tokens)])
-    cond = _direct_logits(tiny, "smiling cat", tokens)
-    uncond = _direct_logits(tiny, "smiling cat", tokens, conditional=False)
-    torch.testing.assert_close(got, uncond + scale * (cond - uncond), atol=1e-3, rtol=0)
-
-
-def test_layout_slots_are_forced_one_hot():
-    """An end-of-row token after every row, as Emu3 and Lumina-mGPT have, whatever the model says."""
-    end_of_row = 4
-    layout = []
-    for _ in range(2):
-        layout += [IMAGE_CELL, IMAGE_CELL, end_of_row]
-    geometry = Geometry(rows=2, cols=2, vocab_size=5, layout=tuple(layout))
-    assert geometry.cell_of_position() == [0, 1, -1, 2, 3, -1]
-
-    def step(tokens, cache):
+    def __call__(self, tokens, cache, mask, positions):
+        self.calls.append((mask, positions))
         return torch.randn(tokens.shape[0], tokens.shape[1], 5)
 
-    session = CachedSession(geometry, DynamicCache(), torch.randn(2, 5), step, 3.0, rows=2)
-    logits = session.forward(torch.tensor([0, 1, 4, 2, 3]))  # rows for positions 1..5
+
+def session(prompt: PromptRows | None = None, rows: int = 2) -> tuple[CachedSession, Recorder]:
+    model = Recorder()
+    return CachedSession(GEOMETRY, DynamicCache(), prompt or PromptRows(3), torch.randn(rows, 5), model, 3.0), model
+
+
+def test_layout_slots_are_forced_one_hot_by_position_in_chains_and_trees():
+    assert GEOMETRY.cell_of_position() == [0, 1, -1, 2, 3, -1]
+    chain, _ = session()
+    logits = chain.forward(torch.tensor([0, 1, 4, 2, 3]))  # rows for positions 1..5
     forced = torch.tensor([False, True, False, False, True])
-    assert torch.all(logits[forced].argmax(-1) == end_of_row)
+    assert torch.all(logits[forced].argmax(-1) == END_OF_ROW)
     assert torch.all(logits[forced].softmax(-1).max(-1).values == 1.0)
     assert torch.isfinite(logits[~forced]).all()
+    # a node at depth d predicts position 1 + d: depth 1 predicts the row end at position 2
+    tree, _ = session()
+    logits = tree.forward(torch.tensor([0, 1, 2, 3]), parents=[-1, 0, -1, 2])
+    assert torch.equal(logits[[1, 3]].argmax(-1), torch.tensor([END_OF_ROW] * 2))
+    assert torch.isfinite(logits[[0, 2]]).all()
+
+
+def test_a_plain_chain_passes_no_mask_and_no_positions():
+    plain, model = session()
+    plain.forward(torch.tensor([1, 2, 3]))
+    assert model.calls == [(None, None)]
+
+
+def test_left_padded_prompts_hide_the_padding_and_count_positions_from_the_first_real_token():
+    prompt = PromptRows.left_padded([3, 1], torch.device("cpu"))
+    padded, model = session(prompt)
+    padded.forward(torch.tensor([1, 2]))
+    padded.commit(2)
+    padded.forward(torch.tensor([3, 0]))
+    mask, positions = model.calls[-1]
+    assert mask.shape == (2, 1, 2, 3 + 2 + 2)
+    assert mask[0, 0].tolist() == [[True] * 5 + [True, False], [True] * 7]
+    assert mask[1, 0].tolist() == [[False, False, True] + [True] * 2 + [True, False], [False, False] + [True] * 5]
+    assert positions.tolist() == [[5, 6], [3, 4]]
+    assert PromptRows.left_padded([2, 2], torch.device("cpu")).plain
+
+
+def test_tree_mask_shows_each_token_its_ancestors_and_positions_count_depth():
+    ancestors, depth = tree_structure([-1, 0, 0, 1, -1])
+    assert depth.tolist() == [0, 1, 1, 2, 0]
+    assert ancestors.int().tolist() == [
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 0, 1, 0, 0],
+        [1, 1, 0, 1, 0],
+        [0, 0, 0, 0, 1],
+    ]
+    tree, model = session(PromptRows(3))
+    tree.forward(torch.tensor([1, 2]))
+    tree.commit(1)
+    tree.forward(torch.tensor([0, 1, 2, 3, 0]), parents=[-1, 0, 0, 1, -1])
+    mask, positions = model.calls[-1]
+    assert torch.equal(mask[:, 0, :, 3 + 1 :], ancestors.expand(2, -1, -1))
+    assert mask[:, 0, :, : 3 + 1].all()  # the prompt and the committed token
+    assert positions.tolist() == [[4, 5, 5, 6, 4]] * 2
+
+
+@pytest.mark.parametrize(
+    ("parents", "message"),
+    [
+        ([-1, 1], r"parents\[1\] = 1"),
+        ([-1, 2, 0], r"parents\[1\] = 2"),
+        ([-2, 0], r"parents\[0\] = -2"),
+        ([-1], "1 parents for 2"),
+    ],
+)
+def test_malformed_trees_are_refused(parents, message):
+    tree, _ = session()
+    with pytest.raises(ValueError, match=message):
+        tree.forward(torch.tensor([1] * max(2, len(parents))), parents=parents)
+
+
+def test_commit_takes_a_count_or_a_root_to_node_path_and_nothing_else():
+    tree, _ = session()
+    logits = tree.forward(torch.tensor([0, 1, 2, 3]), parents=[-1, 0, -1, 2])
+    for keep, message in [(3, "not a root-to-node path"), (5, "cannot commit 5 of 4"), ([1], "not a root-to-node")]:
+        with pytest.raises(ValueError, match=message):
+            tree.commit(keep)
+    with pytest.raises(ValueError, match="not a root-to-node path"):
+        tree.commit([0, 3])
+    with pytest.raises(ValueError, match="cannot commit token 4"):
+        tree.commit([4])
+    tree.commit(2)  # the first two tokens are a path here
+    assert tree.position == 2 and torch.equal(tree.next_logits, logits[1])
+    chain, _ = session()
+    logits = chain.forward(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="not a root-to-node path"):
+        chain.commit([0, 2])
+    chain.commit(torch.tensor([0, 1]))
+    assert chain.position == 2 and torch.equal(chain.next_logits, logits[1])

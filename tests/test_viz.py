@@ -3,12 +3,14 @@
 The main trace: a 2x4 grid with one forced layout token (7) after the first row, so 9 sequence
 positions; position 4 is the layout slot and positions 5..8 are cells 4..7. A window of 4:
 
-    it  start  drafts (positions)  accepted  rejected_at  new  changed  committed (positions)
-    0   0      -                   0         -            0    0        [1]        (0)
-    1   1      [2,3,5,6]  (1..4)   2         2            4    0        [2,3,4]    (1..3)
-    2   4      [7,1,2,3]  (4..7)   1         1            3    1        [7,5]      (4..5)
-    3   6      [6,0,1]    (6..8)   0         0            1    2        [2]        (6)
-    4   7      [3,4]      (7..8)   2         -            0    0        [3,4]      (7..8)
+    it  start  drafts (positions)  accepted  rejected_at  new  after the rejection   committed (positions)
+    0   0      -                   0         -            0    -                     [1]        (0)
+    1   1      [2,3,5,6]  (1..4)   2         2            4    redrawn               [2,3,4]    (1..3)
+    2   4      [7,1,2,3]  (4..7)   1         1            3    redrawn, kept         [7,5]      (4..5)
+    3   6      [6,3,1]    (6..8)   0         0            1    kept, redrawn         [2]        (6)
+    4   7      [3,4]      (7..8)   2         -            0    -                     [3,4]      (7..8)
+
+(A draft after the rejection is kept when the next window starts with the same token there.)
 """
 
 import importlib.util
@@ -38,12 +40,13 @@ from specviz.viz import (
     race_figure,
     save_gif,
     save_mp4,
+    stalls,
     summary,
     theme,
     tokens_through,
     window_figure,
 )
-from specviz.viz.palette import LABELS, NOW_LABEL
+from specviz.viz.palette import LABELS, NOW_LABEL, legend_states
 
 LAYOUT = [-1, -1, -1, -1, 7, -1, -1, -1, -1]
 TOKENS = [1, 2, 3, 4, 7, 5, 2, 3, 4]
@@ -66,7 +69,7 @@ def _trace(iterations: list[Iteration], layout: list[int], rows: int, cols: int,
     )
 
 
-def _window(start, drafts, accepted, new_drafts, changed, committed, ratio) -> Iteration:
+def _window(start, drafts, accepted, new, later, committed, ratio) -> Iteration:
     rejected = accepted < len(drafts)
     return Iteration(
         start=start,
@@ -74,11 +77,14 @@ def _window(start, drafts, accepted, new_drafts, changed, committed, ratio) -> I
         p_old=[0.5] * len(drafts),
         p_new=[r / 2 for r in ratio],
         ratio=ratio,
+        uniform=[0.3] * len(drafts),
+        tv=[0.2] * len(drafts),
+        fate=["accepted"] * accepted + (["rejected"] if rejected else []) + later,
         accepted=accepted,
         rejected_at=accepted if rejected else None,
         resampled=committed[-1] if rejected else None,
-        new_drafts=new_drafts,
-        changed=changed,
+        new_init=["random"] * new,
+        new_source=[-1] * new,
         committed=committed,
         forward_ms=10.0,
         verify_ms=1.0,
@@ -90,10 +96,10 @@ def trace() -> Trace:
     return _trace(
         [
             Iteration(start=0, committed=[1], forward_ms=0.0),
-            _window(1, [2, 3, 5, 6], 2, 4, 0, [2, 3, 4], [0.5, 1.0, 0.25, 0.125]),
-            _window(4, [7, 1, 2, 3], 1, 3, 1, [7, 5], [1.0, 0.0, 0.5, 0.5]),
-            _window(6, [6, 0, 1], 0, 1, 2, [2], [0.25, 0.75, 1.0]),
-            _window(7, [3, 4], 2, 0, 0, [3, 4], [1.0, 0.875]),
+            _window(1, [2, 3, 5, 6], 2, 4, ["redrawn"], [2, 3, 4], [0.5, 1.0, 0.25, 0.125]),
+            _window(4, [7, 1, 2, 3], 1, 3, ["redrawn", "kept"], [7, 5], [1.0, 0.0, 0.5, 0.5]),
+            _window(6, [6, 3, 1], 0, 1, ["kept", "redrawn"], [2], [0.25, 0.75, 1.0]),
+            _window(7, [3, 4], 2, 0, [], [3, 4], [1.0, 0.875]),
         ],
         LAYOUT,
         rows=2,
@@ -111,7 +117,7 @@ def ar() -> Trace:
 def bonus() -> Trace:
     """A 1x3 grid whose one-draft window is accepted whole, so a token is sampled after it."""
     return _trace(
-        [Iteration(start=0, committed=[1], forward_ms=0.0), _window(1, [2], 1, 1, 0, [2, 6], [0.9])],
+        [Iteration(start=0, committed=[1], forward_ms=0.0), _window(1, [2], 1, 1, [], [2, 6], [0.9])],
         [-1, -1, -1],
         rows=1,
         cols=3,
@@ -127,7 +133,7 @@ def test_fates(trace):
         [],
         ["accepted", "accepted", "rejected", "new"],
         ["accepted", "rejected", "new", "new"],
-        ["rejected", "redrawn", "new"],
+        ["rejected", "kept", "new"],
         ["accepted", "accepted"],
     ]
 
@@ -177,8 +183,10 @@ def test_per_iteration(trace):
     series = per_iteration(trace)
     assert series["accepted"].tolist() == [0, 2, 1, 0, 2]
     assert series["committed"].tolist() == [1, 3, 2, 1, 2]
-    assert series["changed"].tolist() == [0, 0, 1, 2, 0]
+    assert series["changed"].tolist() == [0, 1, 1, 1, 0]
+    assert series["carried"].tolist() == [0, 1, 2, 2, 0]
     assert series["window"].tolist() == [0, 4, 4, 3, 2]
+    assert series["new_drafts"].tolist() == [0, 4, 3, 1, 0]
     assert series["forward_ms"].tolist() == [0.0, 10.0, 10.0, 10.0, 10.0]
     assert series["verify_ms"].tolist() == [0.0, 1.0, 1.0, 1.0, 1.0]
 
@@ -214,7 +222,7 @@ def test_window_figure(trace):
     assert isinstance(fig, go.Figure)
     assert fig.layout.title.text == "iteration 1/4: 2 accepted, rejected at 2"
     grid, outline, bars, *legend = fig.data
-    assert len(fig.data) == 3 + len(STATES)
+    assert len(fig.data) == 3 + len(legend_states(set()))
     a, r, c, p = (_state_index(s) for s in ("accepted", "rejected", "committed", "pending"))
     assert np.asarray(grid.z).tolist() == [[c, a, a, r], [p, p, p, p]]  # position 4 (new) is no cell
     palette = colors()
@@ -223,9 +231,9 @@ def test_window_figure(trace):
     assert "ratio 0.250" in bars.customdata[2] and "token 4 (committed now)" in bars.customdata[2]
     # three committed cells, each a closed rectangle of five points and a break
     assert len(outline.x) == 18 and outline.name == NOW_LABEL
-    assert [t.name for t in legend] == [LABELS[s] for s in STATES]
+    assert [t.name for t in legend] == [LABELS[s] for s in STATES if s != "reset"]  # no reset in this run
     assert all(t.showlegend is not False for t in legend)
-    assert [t.marker.color for t in legend] == [palette[s] for s in STATES]
+    assert [t.marker.color for t in legend] == [palette[s] for s in STATES if s != "reset"]
 
 
 def test_window_figure_maps_states_to_their_colours(trace):
@@ -236,7 +244,7 @@ def test_window_figure_maps_states_to_their_colours(trace):
         fraction = (z + 0.5) / len(STATES)
         band = next(color for (low, color), (high, _) in itertools.pairwise(scale) if low <= fraction <= high)
         assert band == palette[STATES[z]]
-    assert {"redrawn", "rejected"} <= {STATES[z] for z in np.asarray(grid.z).ravel()}
+    assert {"kept", "rejected"} <= {STATES[z] for z in np.asarray(grid.z).ravel()}
 
 
 def test_window_figure_titles(trace, bonus):
@@ -267,8 +275,8 @@ def test_series_figures(trace):
     committed, accepted = accepted_length_figure(trace).data
     assert list(committed.y) == [1, 3, 2, 1, 2] and list(accepted.y) == [0, 2, 1, 0, 2]
     changed, carried = changed_figure(trace, large=True).data
-    assert list(changed.y) == [0, 0, 1, 2, 0]
-    assert list(carried.y) == [0, 0, 1, 2, 2]  # drafts in the window that were not new
+    assert list(changed.y) == [0, 1, 1, 1, 0]
+    assert list(carried.y) == [0, 1, 2, 2, 0]  # drafts carried into the next window
     assert changed_figure(trace, large=True).layout.font.size == 22
 
 
@@ -343,3 +351,13 @@ def test_mp4_without_imageio_ffmpeg(trace, tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(RuntimeError, match="pip install imageio-ffmpeg"):
         save_mp4(animation(trace, [None] * 5, scale=8), tmp_path / "run.mp4")
+
+
+def test_stalls_are_long_runs_of_passes_that_accept_nothing():
+    """Ten passes in a row reject their first draft and fix one token each; then one accepts both."""
+    idle = [_window(start, [5, 5], 0, 2 if start == 1 else 1, ["redrawn"], [1], [0.0, 0.5]) for start in range(1, 11)]
+    busy = _window(11, [1, 1], 2, 1, [], [1, 1, 1], [1.0, 1.0])
+    trace = _trace([Iteration(start=0, committed=[1], forward_ms=0.0), *idle, busy], [-1] * 14, rows=1, cols=14)
+    assert stalls(trace) == [(1, 10)]  # iterations 1..10; iteration 0 has no window and is not a pass
+    assert stalls(trace, minimum=11) == []
+    assert stalls(trace, minimum=1) == [(1, 10)]

@@ -11,12 +11,15 @@ from collections.abc import Iterator
 
 import torch
 
+from specviz.decoding.params import NoParameters
 from specviz.models.protocol import Session
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 
-def decode(session: Session, sampling: SamplingSettings, generator: torch.Generator) -> Iterator[Iteration]:
+def iterate(
+    session: Session, sampling: SamplingSettings, generator: torch.Generator, params: NoParameters
+) -> Iterator[Iteration]:
     """Yield one Iteration per token; position i is sampled from p(. | tokens before i)."""
     logits = session.next_logits
     length = session.geometry.seq_len

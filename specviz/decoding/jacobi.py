@@ -15,32 +15,28 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.sampling import leading_true, sample, token_probs
-from specviz.decoding.window import JacobiWindow
+from specviz.decoding.params import WindowParameters
+from specviz.decoding.sampling import leading_true, sample
+from specviz.decoding.window import Verdict, WindowPass, run_window
 from specviz.models.protocol import Session
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 
-def decode(
-    session: Session, sampling: SamplingSettings, generator: torch.Generator, window: int = 16, init: str = "random"
+def verify(step: WindowPass) -> Verdict:
+    redrawn = sample(step.p, step.generator)  # this iteration's value at every position
+    accepted = leading_true(redrawn[: step.w] == step.drafts)
+    return Verdict(
+        accepted=accepted,
+        head=sample(
+            step.p.index_select(0, accepted.view(1)), step.generator
+        ),  # the first position with a final context
+        next_drafts=redrawn[1:],
+        ratio=step.p_new,  # the chance that a fresh draw repeats the draft
+    )
+
+
+def iterate(
+    session: Session, sampling: SamplingSettings, generator: torch.Generator, params: WindowParameters
 ) -> Iterator[Iteration]:
-    state = JacobiWindow(session, sampling, generator, window, init)
-    yield state.first_record()
-    while not state.done:
-        drafts, draft_probs = state.drafts, state.draft_probs
-        w = len(drafts)
-        p = state.forward()
-        redrawn = sample(p, generator)  # this iteration's value at every position
-        accepted = leading_true(redrawn[:w] == drafts)
-        head = sample(p[accepted : accepted + 1], generator)  # the first position with a final context
-        p_new = token_probs(p[:w], drafts)
-        yield state.advance(
-            accepted,
-            head,
-            carried=redrawn[accepted + 1 : w],
-            carried_probs=p[accepted + 1 : w],
-            p_old=token_probs(draft_probs, drafts),
-            p_new=p_new,
-            ratio=p_new,  # the chance that a fresh draw repeats the draft
-        )
+    return run_window(session, sampling, generator, params, verify)

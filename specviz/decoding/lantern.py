@@ -2,12 +2,18 @@
 
 Visual tokens that are close in the tokenizer's latent space look alike, so LANTERN accepts a
 draft x against p plus the mass of its nearest codebook neighbours: B(x) takes x's k nearest
-neighbours, nearest first, while their summed probability stays within a total-variation budget
-delta, and moves their mass onto x. The draft is accepted with probability
-min(1, p~(x) / q(x)) where p~(x) = p(x) + p(B(x)); on rejection the residual of p~ excludes x and
-B(x). Everything else (redraws, new slots, the fixed head) is SJD's. The relaxed target differs
-from p by at most delta in total variation per position; `check-lossless` measures the result.
-Defaults k = 1000 and delta = 0.1 are those of the authors' code.
+neighbours, nearest first, while their summed target probability stays within delta, and moves
+their mass onto x. The draft is accepted with probability min(1, p~(x) / q(x)) where
+p~(x) = p(x) + p(B(x)); on rejection the residual of p~ excludes x and B(x). Everything else
+(redraws, new slots, the fixed head) is SJD's.
+
+What delta bounds: the relaxed target p~ is within delta of p in total variation, at each position
+taken alone. The output is not: acceptance compares p~ with the draft distribution q, and where q
+puts mass on B(x) the accepted draft keeps it, so the output can drift further from p than delta
+(p = (.2,.2,.3,.3), q = (.5,.5,0,0), neighbours 0-1 and 2-3, delta 0.2 gives an output at TV 0.4).
+`check-lossless --method lantern` measures the deviation. Defaults k = 1000 and delta = 0.1 are
+those of the authors' code; their code zeroes all k + 1 nearest neighbours in the residual after a
+rejection, ours only B(x), as the paper describes.
 """
 
 from __future__ import annotations
@@ -16,53 +22,46 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.sampling import leading_true, nearest_tokens, residual, sample, token_probs
-from specviz.decoding.window import JacobiWindow
+from specviz.decoding.params import LanternParameters
+from specviz.decoding.sampling import leading_true, neighbour_table, next_exact_token, sample
+from specviz.decoding.window import Verdict, WindowPass, run_window
 from specviz.models.protocol import Session, token_vectors
-from specviz.models.sampling import SamplingSettings, SettingsError
+from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 
-def decode(
-    session: Session,
-    sampling: SamplingSettings,
-    generator: torch.Generator,
-    window: int = 16,
-    init: str = "random",
-    neighbours: int = 1000,
-    delta: float = 0.1,
-) -> Iterator[Iteration]:
-    if int(neighbours) != neighbours or neighbours < 1:
-        raise SettingsError(f"lantern: neighbours must be a positive integer, got {neighbours}")
-    if not 0 <= delta <= 1:
-        raise SettingsError(f"lantern: delta is a total-variation budget in [0, 1], got {delta}")
-    table = nearest_tokens(token_vectors(session, "lantern"), neighbours)  # (V, k)
-    state = JacobiWindow(session, sampling, generator, window, init)
-    yield state.first_record()
-    while not state.done:
-        drafts, draft_probs = state.drafts, state.draft_probs
-        w = len(drafts)
-        p = state.forward()
-        neighbour_ids = table[drafts]  # (w, k)
-        neighbour_mass = p[:w].gather(1, neighbour_ids)
-        in_budget = neighbour_mass.cumsum(1) <= delta  # B(x): nearest first, within the TV budget
-        p_old, p_new = token_probs(draft_probs, drafts), token_probs(p[:w], drafts)
-        relaxed = p_new + (neighbour_mass * in_budget).sum(1)
+def relaxed_verify(table: torch.Tensor, delta: float):
+    """The rule for a neighbour table (V, k): SJD's test and residual against p~."""
+
+    def verify(step: WindowPass) -> Verdict:
+        w, p, drafts = step.w, step.p, step.drafts
+        neighbours = table[drafts]  # (w, k), nearest first
+        neighbour_mass = p[:w].gather(1, neighbours)
+        in_budget = neighbour_mass.cumsum(1) <= delta  # B(x)
+        pooled = (neighbour_mass * in_budget).sum(1)
+        relaxed = step.p_new + pooled
+        p_old = step.p_old
         ratio = (relaxed / p_old).clamp(max=1.0)
-        accepted = leading_true(torch.rand(w, generator=generator, device=p.device) < ratio)
-        if accepted < w:
-            target = p[accepted].clone()
-            target[neighbour_ids[accepted][in_budget[accepted]]] = 0.0  # their mass went to x ...
-            target[drafts[accepted]] = relaxed[accepted]  # ... which is below q(x): no residual there
-            head = sample(residual(target[None], draft_probs[accepted : accepted + 1]), generator)
-        else:
-            head = sample(p[w:], generator)
-        yield state.advance(
-            accepted,
-            head,
-            carried=sample(p[accepted + 1 : w], generator),
-            carried_probs=p[accepted + 1 : w],
-            p_old=p_old,
-            p_new=p_new,
+        uniform = step.uniforms()
+        accepted = leading_true(uniform < ratio)
+        target = p[:w].scatter(1, neighbours, neighbour_mass * ~in_budget)  # B(x)'s mass went to x ...
+        target = target.scatter(1, drafts[:, None], relaxed[:, None])  # ... which stays below q(x): no residual
+        return Verdict(
+            accepted=accepted,
+            head=next_exact_token(p, step.q, accepted, step.generator, target=target),
+            next_drafts=sample(p[1:], step.generator),
             ratio=ratio,
+            uniform=uniform,
+            group_size=1 + in_budget.sum(1),
+            group_mass_new=relaxed.clamp(max=1.0),
+            group_mass_old=p_old,
         )
+
+    return verify
+
+
+def iterate(
+    session: Session, sampling: SamplingSettings, generator: torch.Generator, params: LanternParameters
+) -> Iterator[Iteration]:
+    table = neighbour_table(token_vectors(session, "lantern"), params.neighbours)
+    return run_window(session, sampling, generator, params, relaxed_verify(table, params.delta))

@@ -1,15 +1,22 @@
-"""The registered decoding methods, their parameters and what each promises."""
+"""The registered decoding methods, their parameter classes and what each promises."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from specviz.decoding import ar, gsd, jacobi, lantern, scd_gs, scd_mc, sjd
-from specviz.models.sampling import SettingsError
+from specviz.decoding.params import (
+    GsdParameters,
+    LanternParameters,
+    NoParameters,
+    Parameters,
+    WindowParameters,
+)
+from specviz.decoding.sampling import neighbour_table
+from specviz.models.protocol import Session, token_vectors
 from specviz.trace import Iteration
-
-WINDOW_PARAMETERS = {"window": 16, "init": "random"}
 
 
 class UnknownMethod(KeyError):
@@ -20,53 +27,61 @@ class UnknownMethod(KeyError):
 @dataclass(frozen=True)
 class Method:
     name: str
-    decode: Callable[..., Iterator[Iteration]]
+    iterate: Callable[..., Iterator[Iteration]]  # (session, sampling, generator, parameters) -> one record per pass
+    parameters: type[Parameters]
     lossless: bool
     description: str
-    parameters: dict[str, int | float | str] = field(default_factory=dict)
     lossless_when_greedy: bool = False
+    needs_token_vectors: bool = False  # the tokenizer's codebook vectors (relaxed acceptance)
+
+    def prepare(self, session: Session, parameters: Parameters) -> None:
+        """Per-model work that is not part of decoding (a neighbour table), done before a run is timed;
+        raises UnsupportedMethod when the model lacks what the method needs."""
+        if self.needs_token_vectors:
+            neighbour_table(token_vectors(session, self.name), parameters.neighbours)
 
     def is_lossless(self, greedy: bool) -> bool:
         return self.lossless or (greedy and self.lossless_when_greedy)
 
-    def resolve(self, given: dict | None) -> dict:
-        """The method's parameters: defaults overridden by `given`; unknown names are refused."""
-        given = {k: v for k, v in (given or {}).items() if v is not None}
-        unknown = sorted(set(given) - set(self.parameters))
-        if unknown:
-            allowed = ", ".join(self.parameters) or "none"
-            raise SettingsError(f"method {self.name} has no parameter {', '.join(unknown)} (its parameters: {allowed})")
-        return {**self.parameters, **given}
+    def resolve(self, given: Mapping[str, Any] | Parameters | None) -> Parameters:
+        """The method's parameters: defaults overridden by `given`; unknown names and bad values refused."""
+        if isinstance(given, self.parameters):
+            return given
+        if isinstance(given, Parameters):
+            given = given.to_dict()
+        return self.parameters.from_dict(given, self.name)
 
 
 METHODS: dict[str, Method] = {
     method.name: method
     for method in (
-        Method("ar", ar.decode, True, "vanilla autoregressive: one token per model pass"),
+        Method("ar", ar.iterate, NoParameters, True, "vanilla autoregressive: one token per model pass"),
         Method(
             "jacobi",
-            jacobi.decode,
+            jacobi.iterate,
+            WindowParameters,
             False,
             "Jacobi decoding: drafts accepted while unchanged between iterations (lossless only when greedy)",
-            WINDOW_PARAMETERS,
             lossless_when_greedy=True,
         ),
-        Method("sjd", sjd.decode, True, "speculative Jacobi decoding (SJD), independent redraws", WINDOW_PARAMETERS),
-        Method("scd-mc", scd_mc.decode, True, "speculative coupled decoding, maximal coupling", WINDOW_PARAMETERS),
-        Method("scd-gs", scd_gs.decode, True, "speculative coupled decoding, Gumbel sharing", WINDOW_PARAMETERS),
+        Method("sjd", sjd.iterate, WindowParameters, True, "speculative Jacobi decoding (SJD), independent redraws"),
+        Method("scd-mc", scd_mc.iterate, WindowParameters, True, "speculative coupled decoding, maximal coupling"),
+        Method("scd-gs", scd_gs.iterate, WindowParameters, True, "speculative coupled decoding, Gumbel sharing"),
         Method(
             "lantern",
-            lantern.decode,
+            lantern.iterate,
+            LanternParameters,
             False,
-            "LANTERN relaxed acceptance: p plus the mass of nearby codebook tokens within a TV budget (lossy)",
-            {**WINDOW_PARAMETERS, "neighbours": 1000, "delta": 0.1},
+            "LANTERN relaxed acceptance: p plus the mass of nearby codebook tokens within a budget delta (lossy)",
+            needs_token_vectors=True,
         ),
         Method(
             "gsd",
-            gsd.decode,
+            gsd.iterate,
+            GsdParameters,
             False,
             "grouped speculative decoding: accept by the mass of a dynamic group of similar tokens (lossy)",
-            {**WINDOW_PARAMETERS, "group_size": 10, "prob_gap": 0.15, "neighbours": 128},
+            needs_token_vectors=True,
         ),
     )
 }

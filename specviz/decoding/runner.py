@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
+from specviz.decoding.params import Parameters
 from specviz.decoding.registry import get_method
-from specviz.decoding.window import check_window
 from specviz.models.protocol import ImageModel
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
 
 MAX_PROMPT_CHARS = 2000
@@ -42,24 +44,24 @@ class RunStream:
         prompt: str,
         seed: int,
         sampling: SamplingSettings | None = None,
-        params: dict | None = None,
+        params: Mapping[str, Any] | Parameters | None = None,
     ):
         self.spec = get_method(method)
         self.model, self.method, self.seed = model, method, seed
         self.prompt = check_prompt(prompt)
         self.sampling = sampling or model.default_sampling
         self.params = self.spec.resolve(params)
-        if "window" in self.params:
-            check_window(self.params["window"], self.params["init"])
         generator = torch.Generator(device=model.device).manual_seed(seed)
         started = time.perf_counter()
         with torch.inference_mode():
             self.session = model.session(self.prompt, self.sampling.guidance_scale)
         self.prefill_ms = (time.perf_counter() - started) * 1000
+        with torch.inference_mode():
+            self.spec.prepare(self.session, self.params)
         self.elapsed = self.prefill_ms / 1000
         self.iterations: list[Iteration] = []
         self.tokens: list[int] = []
-        self._steps = self.spec.decode(self.session, self.sampling, generator, **self.params)
+        self._steps = self.spec.iterate(self.session, self.sampling, generator, self.params)
 
     def step(self) -> Iteration | None:
         """Advance one iteration; None once the image is complete."""
@@ -81,7 +83,7 @@ class RunStream:
             prompt=self.prompt,
             seed=self.seed,
             sampling=TraceSampling(**self.sampling.to_dict()),
-            params=self.params,
+            params=self.params.to_dict(),
             geometry=TraceGeometry(
                 rows=geometry.rows, cols=geometry.cols, vocab_size=geometry.vocab_size, layout=list(geometry.layout)
             ),
@@ -99,7 +101,7 @@ def run(
     prompt: str,
     seed: int,
     sampling: SamplingSettings | None = None,
-    params: dict | None = None,
+    params: Mapping[str, Any] | Parameters | None = None,
 ) -> Trace:
     """Generate one image with `method` and return its Trace; all randomness comes from `seed`."""
     stream = RunStream(model, method, prompt, seed, sampling, params)

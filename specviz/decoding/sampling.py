@@ -6,6 +6,8 @@ handful of tensor operations per model pass, never a Python loop over tokens.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 RESIDUAL_EPSILON = 1e-12
@@ -28,9 +30,10 @@ def acceptance_ratio(p_new: torch.Tensor, p_old: torch.Tensor) -> torch.Tensor:
     return (p_new / p_old.clamp(min=torch.finfo(p_old.dtype).tiny)).clamp(max=1.0)
 
 
-def leading_true(mask: torch.Tensor) -> int:
-    """Length of the run of True at the start of a 1-D mask (one host sync)."""
-    return int(mask.long().cumprod(0).sum())
+def leading_true(mask: torch.Tensor) -> torch.Tensor:
+    """Length of the run of True at the start of a 1-D mask, as a 0-d tensor on the mask's device
+    (no host sync: the window reads it with the rest of the pass's record)."""
+    return mask.long().cumprod(0).sum()
 
 
 def residual(p_new: torch.Tensor, p_old: torch.Tensor) -> torch.Tensor:
@@ -86,6 +89,21 @@ def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return (probs.log() + noise).argmax(-1)
 
 
+_NEIGHBOUR_TABLES: dict[tuple[int, int], tuple[weakref.ref, torch.Tensor]] = {}
+
+
+def neighbour_table(vectors: torch.Tensor, count: int) -> torch.Tensor:
+    """`nearest_tokens` computed once per codebook and count: a model's table is reused by every run,
+    and is not part of any run's decoding time."""
+    key = (id(vectors), count)
+    cached = _NEIGHBOUR_TABLES.get(key)
+    if cached is not None and cached[0]() is vectors:
+        return cached[1]
+    table = nearest_tokens(vectors, count)
+    _NEIGHBOUR_TABLES[key] = (weakref.ref(vectors), table)
+    return table
+
+
 def nearest_tokens(vectors: torch.Tensor, count: int, chunk: int = 4096) -> torch.Tensor:
     """(V, count) ids of each token's nearest other tokens by codebook-vector distance, nearest first."""
     vectors = vectors.float()
@@ -100,9 +118,20 @@ def nearest_tokens(vectors: torch.Tensor, count: int, chunk: int = 4096) -> torc
     return torch.cat(rows)
 
 
-def next_exact_token(p: torch.Tensor, q: torch.Tensor, accepted: int, generator: torch.Generator) -> torch.Tensor:
-    """The token fixed after `accepted` drafts: a residual draw at the first rejection, or, when the
-    whole window was accepted, a draw from the row after it. Either is an exact sample of p."""
-    if accepted < len(q):
-        return sample(residual(p[accepted : accepted + 1], q[accepted : accepted + 1]), generator)
-    return sample(p[accepted : accepted + 1], generator)
+def next_exact_token(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    accepted: torch.Tensor,
+    generator: torch.Generator,
+    target: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The token fixed after `accepted` (a 0-d device tensor) of the w drafts: a draw from the residual
+    norm(max(0, target - q)) at the first rejection, or, when the whole window was accepted, a draw
+    from p's row after it (p has w + 1 rows). Either is an exact sample of the target, which is p
+    unless a relaxed method passes its own (w, V) rows. No host sync: rows are picked on the device.
+    """
+    w = q.shape[0]
+    row = accepted.clamp(max=w - 1).view(1)
+    rows = p[:w] if target is None else target
+    at_rejection = residual(rows.index_select(0, row), q.index_select(0, row))
+    return sample(torch.where(accepted < w, at_rejection, p[w : w + 1]), generator)

@@ -13,22 +13,16 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.sampling import (
-    acceptance_ratio,
-    gumbel_argmax,
-    gumbel_noise,
-    leading_true,
-    next_exact_token,
-    token_probs,
-)
-from specviz.decoding.window import JacobiWindow
+from specviz.decoding.params import WindowParameters
+from specviz.decoding.sampling import acceptance_ratio, gumbel_argmax, gumbel_noise, leading_true, next_exact_token
+from specviz.decoding.window import Verdict, WindowPass, run_window
 from specviz.models.protocol import Session
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 
-def decode(
-    session: Session, sampling: SamplingSettings, generator: torch.Generator, window: int = 16, init: str = "random"
+def iterate(
+    session: Session, sampling: SamplingSettings, generator: torch.Generator, params: WindowParameters
 ) -> Iterator[Iteration]:
     key = int(torch.randint(2**62, (1,), generator=generator, device=session.next_logits.device))
     vocab = session.geometry.vocab_size
@@ -36,24 +30,16 @@ def decode(
     def shared_gumbel_draw(probs: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return gumbel_argmax(probs, gumbel_noise(key, positions, vocab))
 
-    state = JacobiWindow(session, sampling, generator, window, init, draw=shared_gumbel_draw)
-    yield state.first_record()
-    while not state.done:
-        drafts, draft_probs = state.drafts, state.draft_probs
-        w = len(drafts)
-        p = state.forward()
-        p_old, p_new = token_probs(draft_probs, drafts), token_probs(p[:w], drafts)
-        ratio = acceptance_ratio(p_new, p_old)
-        accepted = leading_true(torch.rand(w, generator=generator, device=p.device) < ratio)
-        head = next_exact_token(p, draft_probs, accepted, generator)
-        first_carried = state.head_position + 1 + min(accepted + 1, w)
-        positions = torch.arange(first_carried, state.head_position + 1 + w, device=p.device)
-        yield state.advance(
-            accepted,
-            head,
-            carried=shared_gumbel_draw(p[accepted + 1 : w], positions),
-            carried_probs=p[accepted + 1 : w],
-            p_old=p_old,
-            p_new=p_new,
+    def verify(step: WindowPass) -> Verdict:
+        ratio = acceptance_ratio(step.p_new, step.p_old)
+        uniform = step.uniforms()
+        accepted = leading_true(uniform < ratio)
+        return Verdict(
+            accepted=accepted,
+            head=next_exact_token(step.p, step.q, accepted, step.generator),
+            next_drafts=shared_gumbel_draw(step.p[1:], step.positions[1:]),
             ratio=ratio,
+            uniform=uniform,
         )
+
+    return run_window(session, sampling, generator, params, verify, draw=shared_gumbel_draw)

@@ -33,15 +33,13 @@ import os
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from PIL import Image
-from transformers import DynamicCache
 
 from specviz.models import hub
 from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import IMAGE_CELL, Geometry
-from specviz.models.sampling import SamplingSettings
-from specviz.models.session import CachedSession
+from specviz.models.session import CachedSession, image_head, separate_prompts_session
+from specviz.models.settings import SamplingSettings
 from specviz.models.vqgan import VQGANDecoder
 
 BOI_TOKEN = "<racm3:break>"
@@ -86,6 +84,8 @@ class ChameleonImageModel:
     default_grid = 32
     row_ends = False
     default_sampling = SamplingSettings()
+    # transformers' `forward` masks every image token, so its `generate()` cannot draw an image
+    reference_generate = None
 
     def __init__(
         self,
@@ -126,7 +126,9 @@ class ChameleonImageModel:
             self.geometry = Geometry.plain_grid(side, side, codes)
             method_to_text = image_ids
         self.method_to_text = method_to_text.to(self.device)
-        self._head = network.lm_head.weight.detach()[self.image_ids].contiguous()  # (V, hidden), codebook order
+        # image-token logits in codebook order, the row end masked (the session forces it)
+        head = network.lm_head.weight.detach()[self.image_ids].contiguous()
+        self._head = image_head(head, layout_tokens=int(self.row_ends))
 
         embedding = network.model.vqmodel.quantize.embedding.weight.detach().float()[:codes]
         if self.row_ends:
@@ -198,92 +200,29 @@ class ChameleonImageModel:
 
     # ---- sessions ------------------------------------------------------------------------------
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(rows, n, hidden) -> (rows, n, V[+1]): image-token logits in codebook order, row end masked."""
-        logits = F.linear(hidden, self._head)
-        if self.row_ends:
-            logits = torch.cat([logits, logits.new_full((*logits.shape[:-1], 1), float("-inf"))], dim=-1)
-        return logits
-
-    @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:
         prompts = [self.prompt_ids(prompt)]
         if guidance_scale != 1.0:
             prompts.append(self.unconditional_ids())
-        caches, last = [], []
-        for ids in prompts:  # each row alone: no padding inside the prefill
-            cache = DynamicCache(config=self.network.config)
-            hidden = self.network.model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
-            caches.append(cache)
-            last.append(hidden[:, -1])
-        prefill_logits = self._logits(torch.cat(last))
-        lengths = torch.tensor([ids.shape[1] for ids in prompts], device=self.device)
-        cache, step = self._batched(caches, lengths)
-        return CachedSession(
+        return separate_prompts_session(
             self.geometry,
-            cache,
-            prefill_logits,
-            step,
+            prompts,
+            self.network.model,
+            self.method_to_text,
+            self._head,
             guidance_scale,
-            rows=len(prompts),
             token_vectors=self.token_vectors,
         )
-
-    def _batched(self, caches: list[DynamicCache], lengths: torch.Tensor):
-        """One cache for all rows (shorter prompts left-padded with hidden zeros) and its step function."""
-        if len(caches) == 1:
-            return caches[0], self._plain_step
-        width = int(lengths.max())
-        pads = width - lengths
-        layers = []
-        for i in range(len(caches[0].layers)):
-            keys = [F.pad(c.layers[i].keys, (0, 0, int(p), 0)) for c, p in zip(caches, pads, strict=True)]
-            values = [F.pad(c.layers[i].values, (0, 0, int(p), 0)) for c, p in zip(caches, pads, strict=True)]
-            layers.append((torch.cat(keys), torch.cat(values)))
-        cache = DynamicCache(ddp_cache_data=layers, config=self.network.config)
-        if not pads.any():
-            return cache, self._plain_step
-        prompt_mask = torch.arange(width, device=self.device)[None, :] >= pads[:, None]  # (rows, width)
-
-        def step(tokens: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-            count = tokens.shape[1]
-            past = cache.get_seq_length()
-            generated = torch.ones(len(caches), past - width + count, dtype=torch.bool, device=self.device)
-            mask = torch.cat([prompt_mask, generated], dim=1).long()
-            positions = (past - pads)[:, None] + torch.arange(count, device=self.device)
-            return self._forward(tokens, cache, mask, positions)
-
-        return cache, step
-
-    def _plain_step(self, tokens: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-        return self._forward(tokens, cache, None, None)
-
-    def _forward(self, tokens, cache, mask, positions) -> torch.Tensor:
-        with torch.inference_mode():
-            hidden = self.network.model(
-                input_ids=self.method_to_text[tokens],
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            ).last_hidden_state
-            return self._logits(hidden)
 
     # ---- pixels --------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def decode(self, tokens: list[int] | torch.Tensor) -> Image.Image:
         """Pixels of a possibly partial sequence; cells not generated yet are blank."""
-        tokens = torch.as_tensor(tokens, dtype=torch.long).flatten().cpu()
         geometry = self.geometry
-        cells_of = torch.tensor(geometry.cell_of_position()[: len(tokens)], dtype=torch.long)
-        image = cells_of >= 0
-        codes = torch.zeros(geometry.rows * geometry.cols, dtype=torch.long)
-        codes[cells_of[image]] = tokens[image].clamp(0, self.image_vocab - 1)
-        generated = torch.zeros(geometry.rows * geometry.cols, dtype=torch.bool)
-        generated[cells_of[image]] = True
+        codes, generated = hub.grid_codes(tokens, geometry, self.image_vocab)
         pixels = self.decoder(codes.view(1, geometry.rows, geometry.cols))[0]
-        return hub.to_image(pixels, MEAN, STD, generated.view(geometry.rows, geometry.cols))
+        return hub.to_image(pixels, MEAN, STD, generated)
 
 
 class AnoleModel(ChameleonImageModel):

@@ -22,14 +22,12 @@ so each row sees exactly what it sees when run alone.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from PIL import Image
-from transformers import DynamicCache
 
 from specviz.models import hub
 from specviz.models.protocol import IMAGE_CELL, Geometry
-from specviz.models.sampling import SamplingSettings
-from specviz.models.session import CachedSession
+from specviz.models.session import CachedSession, image_head, separate_prompts_session
+from specviz.models.settings import SamplingSettings
 
 HUB_ID = "BAAI/Emu3-Gen-hf"
 ENV_VAR = "SPECVIZ_EMU3_WEIGHTS"
@@ -100,7 +98,8 @@ class Emu3Model:
         text_to_method = torch.full((network.config.text_config.vocab_size,), -1, dtype=torch.long)
         text_to_method[self.method_to_text.cpu()] = torch.arange(codes + 1)
         self.text_to_method = text_to_method.to(self.device)
-        self._head = network.lm_head.weight.detach()[self.visual_ids].contiguous()  # (V, hidden)
+        # visual-token logits, end-of-line masked (the session forces it)
+        self._head = image_head(network.lm_head.weight.detach()[self.visual_ids].contiguous(), layout_tokens=1)
         self._closing = self._closing_ids(mapping.eol_token_id)
 
         embedding = network.model.vqmodel.quantize.embedding.weight.detach().float()[:codes]
@@ -155,90 +154,25 @@ class Emu3Model:
 
     # ---- sessions ------------------------------------------------------------------------------
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(rows, n, hidden) -> (rows, n, V + 1): visual-token logits, end-of-line masked."""
-        logits = F.linear(hidden, self._head)
-        return torch.cat([logits, logits.new_full((*logits.shape[:-1], 1), float("-inf"))], dim=-1)
-
-    @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:
-        text_model = self.network.model.text_model
-        config = self.network.config.text_config
         prompts = [self.prompt_ids(prompt)]
         if guidance_scale != 1.0:
             prompts.append(self.negative_ids())
-        caches, last = [], []
-        for ids in prompts:  # each row alone: no padding inside the prefill
-            cache = DynamicCache(config=config)
-            hidden = text_model(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
-            caches.append(cache)
-            last.append(hidden[:, -1])
-        prefill_logits = self._logits(torch.cat(last))
-        lengths = torch.tensor([ids.shape[1] for ids in prompts], device=self.device)
-        cache, step = self._batched(caches, lengths)
-        return CachedSession(
+        return separate_prompts_session(
             self.geometry,
-            cache,
-            prefill_logits,
-            step,
+            prompts,
+            self.network.model.text_model,
+            self.method_to_text,
+            self._head,
             guidance_scale,
-            rows=len(prompts),
             combine=combine_log_softmax,
             token_vectors=self.token_vectors,
         )
 
-    def _batched(self, caches: list[DynamicCache], lengths: torch.Tensor):
-        """One cache for all rows (shorter prompts left-padded) and the step function that reads it."""
-        width = int(lengths.max())
-        pads = width - lengths
-        if len(caches) == 1 or not pads.any():
-            if len(caches) == 1:
-                return caches[0], self._plain_step
-            layers = [
-                (torch.cat([c.layers[i].keys for c in caches]), torch.cat([c.layers[i].values for c in caches]))
-                for i in range(len(caches[0].layers))
-            ]
-            return DynamicCache(ddp_cache_data=layers, config=self.network.config.text_config), self._plain_step
-
-        def padded(tensor: torch.Tensor, pad: int) -> torch.Tensor:
-            return F.pad(tensor, (0, 0, int(pad), 0))  # (batch, heads, length, dim): zeros on the left
-
-        layers = []
-        for i in range(len(caches[0].layers)):
-            keys = torch.cat([padded(c.layers[i].keys, pad) for c, pad in zip(caches, pads, strict=True)])
-            values = torch.cat([padded(c.layers[i].values, pad) for c, pad in zip(caches, pads, strict=True)])
-            layers.append((keys, values))
-        cache = DynamicCache(ddp_cache_data=layers, config=self.network.config.text_config)
-        prompt_mask = torch.arange(width, device=self.device)[None, :] >= pads[:, None]  # (rows, width)
-
-        def step(tokens: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-            count = tokens.shape[1]
-            past = cache.get_seq_length()
-            generated = torch.ones(len(caches), past - width + count, dtype=torch.bool, device=self.device)
-            mask = torch.cat([prompt_mask, generated], dim=1).long()
-            positions = (past - pads)[:, None] + torch.arange(count, device=self.device)
-            return self._forward(tokens, cache, mask, positions)
-
-        return cache, step
-
-    def _plain_step(self, tokens: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-        return self._forward(tokens, cache, None, None)
-
-    def _forward(self, tokens, cache, mask, positions) -> torch.Tensor:
-        with torch.inference_mode():
-            hidden = self.network.model.text_model(
-                input_ids=self.method_to_text[tokens],
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            ).last_hidden_state
-            return self._logits(hidden)
-
     # ---- transformers' own loop ----------------------------------------------------------------
 
     @torch.inference_mode()
-    def transformers_generate(self, prompt: str, sampling: SamplingSettings, seed: int) -> list[int]:
+    def reference_generate(self, prompt: str, sampling: SamplingSettings, seed: int) -> list[int]:
         """transformers' `generate()` as its Emu3 image-generation example runs it (prefix constraint,
         negative prompt for guidance): the image and end-of-line tokens as method ids.
 
@@ -282,8 +216,6 @@ class Emu3Model:
         )
         return out, start
 
-    reference_generate = transformers_generate  # `bench` compares our AR loop's speed with it
-
     # ---- pixels --------------------------------------------------------------------------------
 
     def text_tokens(self, tokens: list[int] | torch.Tensor) -> torch.Tensor:
@@ -294,18 +226,11 @@ class Emu3Model:
 
     @torch.inference_mode()
     def decode(self, tokens: list[int] | torch.Tensor) -> Image.Image:
-        tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).flatten()
         geometry = self.geometry
-        if len(tokens) > geometry.seq_len:
-            raise ValueError(f"{len(tokens)} tokens for a sequence of {geometry.seq_len} positions")
-        layout = torch.tensor(geometry.layout, dtype=torch.long, device=self.device)
-        full = torch.where(layout == IMAGE_CELL, 0, layout)  # cells not generated yet decode code 0
-        full[: len(tokens)] = tokens
-        full = torch.where(layout == IMAGE_CELL, full.clamp(max=self.image_vocab - 1), layout)
+        codes, generated = hub.grid_codes(tokens, geometry, self.image_vocab)
+        layout = torch.tensor(geometry.layout, dtype=torch.long)
+        sequence = layout.masked_scatter(layout == IMAGE_CELL, codes)  # cells not generated yet decode code 0
         pixels = self.network.decode_image_tokens(
-            image_tokens=self.text_tokens(full)[None], height=geometry.rows, width=geometry.cols
+            image_tokens=self.text_tokens(sequence)[None], height=geometry.rows, width=geometry.cols
         )[0]
-        cells = torch.tensor([cell for cell in geometry.cell_of_position()[: len(tokens)] if cell >= 0])
-        generated = torch.zeros(geometry.rows * geometry.cols, dtype=torch.bool)
-        generated[cells.long()] = True
-        return hub.to_image(pixels, self._mean, self._std, generated.view(geometry.rows, geometry.cols))
+        return hub.to_image(pixels, self._mean, self._std, generated)

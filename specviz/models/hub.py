@@ -1,14 +1,15 @@
 """Loading the transformers-based families: weights from a local folder or a hub id, never remote code.
 
-Shared by the Janus-Pro and Emu3 adapters: where the weights are (`--weights`, an environment
-variable, or the release's hub id), whether they can load with no network, bf16 on CUDA and float32
-on CPU, a GPU-memory estimate from the parameter count before anything is loaded, and errors that
-say what to pass. Also the pixel helpers both decoders share.
+Shared by the adapters: where the weights are (`--weights`, an environment variable, or the release's
+hub id), whether they can load with no network, bf16 on CUDA and float32 on CPU, a GPU-memory
+estimate from the parameter count before anything is loaded, and errors that say what to pass. Also
+the pixel helpers the decoders share.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 from PIL import Image
 
 from specviz.models.errors import ModelUnavailable
+from specviz.models.protocol import Geometry
 
 GIB = 1024**3
 BLANK = 224  # grey of cells not generated yet, as in the tiny model
@@ -36,6 +38,16 @@ def looks_like_path(weights: str) -> bool:
     return weights.startswith((".", "/", "~")) or weights.count("/") > 1 or "\\" in weights or Path(weights).exists()
 
 
+def in_hub_cache(repo: str, *names: str) -> bool:
+    """Whether every named file of hub repository `repo` is in the local hub cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return all(isinstance(try_to_load_from_cache(repo, name), str) for name in names)
+    except Exception:  # a broken cache is the same as none
+        return False
+
+
 def offline_reason(env_var: str, default_id: str) -> str | None:
     """None when the weights can load with no network (a local folder, or the hub cache), else why not."""
     local = os.environ.get(env_var)
@@ -43,15 +55,10 @@ def offline_reason(env_var: str, default_id: str) -> str | None:
         if (Path(local).expanduser() / "config.json").is_file():
             return None
         return f"{env_var}={local} has no config.json"
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = [try_to_load_from_cache(default_id, name) for name in ("config.json", "model.safetensors.index.json")]
-        single = try_to_load_from_cache(default_id, "model.safetensors")
-        if isinstance(cached[0], str) and (isinstance(cached[1], str) or isinstance(single, str)):
-            return None
-    except Exception:  # a broken cache is the same as none
-        pass
+    if in_hub_cache(default_id, "config.json") and (
+        in_hub_cache(default_id, "model.safetensors.index.json") or in_hub_cache(default_id, "model.safetensors")
+    ):
+        return None
     return f"needs the weights of {default_id}: pass --weights with a local folder or hub id, or set {env_var}"
 
 
@@ -68,13 +75,21 @@ def _unavailable(name: str, weights: str, error: Exception, default_id: str) -> 
     )
 
 
-def check_gpu_memory(name: str, model_cls, config, device: torch.device, smaller: str | None = None) -> None:
-    """Refuse early, with the amount needed, when the GPU cannot hold the model in bf16."""
+def check_device(name: str, device: torch.device) -> None:
+    """Refuse a CUDA device where CUDA is not available."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelUnavailable(f"{name}: device {device} requested but CUDA is not available; use --device cpu")
+
+
+def check_gpu_memory(
+    name: str, skeleton: Callable[[], torch.nn.Module], device: torch.device, smaller: str | None = None
+) -> None:
+    """Refuse early, with the amount needed, when the GPU cannot hold the model in bf16; `skeleton`
+    builds the network, on the meta device here, so only its parameter count is computed."""
     if device.type != "cuda":
         return
     with torch.device("meta"):
-        skeleton = model_cls._from_config(config)
-    parameters = sum(p.numel() for p in skeleton.parameters())
+        parameters = sum(p.numel() for p in skeleton().parameters())
     needed = parameters * 2 * MEMORY_OVERHEAD / GIB + MEMORY_MARGIN_GIB
     free, total = torch.cuda.mem_get_info(device)
     if needed > free / GIB:
@@ -112,9 +127,8 @@ def load_pretrained(
         config = AutoConfig.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError) as error:
         raise _unavailable(name, source, error, default_id) from error
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ModelUnavailable(f"{name}: device {device} requested but CUDA is not available; use --device cpu")
-    check_gpu_memory(name, model_cls, config, device, smaller)
+    check_device(name, device)
+    check_gpu_memory(name, lambda: model_cls._from_config(config), device, smaller)
     try:
         processor = AutoProcessor.from_pretrained(source, trust_remote_code=False)
         model = model_cls.from_pretrained(source, dtype=default_dtype(device), trust_remote_code=False)
@@ -144,3 +158,19 @@ def to_image(
         mask = generated.cpu().repeat_interleave(scale_y, 0).repeat_interleave(scale_x, 1)
         array[~mask] = BLANK
     return Image.fromarray(np.ascontiguousarray(array.numpy()))
+
+
+def grid_codes(tokens: list[int] | torch.Tensor, geometry: Geometry, codes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A possibly partial sequence of method ids on the grid, on the CPU: (rows * cols,) codes in raster
+    order (cells not generated yet hold code 0; ids clamped into the `codes` image codes), and the
+    (rows, cols) mask of the cells generated so far. Layout slots are skipped."""
+    tokens = torch.as_tensor(tokens, dtype=torch.long).flatten().cpu()
+    if len(tokens) > geometry.seq_len:
+        raise ValueError(f"{len(tokens)} tokens for a sequence of {geometry.seq_len} positions")
+    cells = torch.tensor(geometry.cell_of_position()[: len(tokens)], dtype=torch.long)
+    image = cells >= 0
+    grid = torch.zeros(geometry.rows * geometry.cols, dtype=torch.long)
+    grid[cells[image]] = tokens[image].clamp(0, codes - 1)
+    generated = torch.zeros(geometry.rows * geometry.cols, dtype=torch.bool)
+    generated[cells[image]] = True
+    return grid, generated.view(geometry.rows, geometry.cols)

@@ -22,8 +22,8 @@ from transformers import DynamicCache
 
 from specviz.models import hub
 from specviz.models.protocol import Geometry
-from specviz.models.sampling import SamplingSettings
-from specviz.models.session import CachedSession
+from specviz.models.session import CachedSession, PromptRows, transformers_mask
+from specviz.models.settings import SamplingSettings
 
 HUB_ID = "deepseek-community/Janus-Pro-1B"
 LARGER_HUB_ID = "deepseek-community/Janus-Pro-7B"
@@ -116,7 +116,7 @@ class JanusProModel:
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:
         ids = self.prompt_ids(prompt)
         if guidance_scale != 1.0:
-            ids = torch.cat([ids, self.unconditional_ids(ids)])
+            ids = torch.cat([ids, self.unconditional_ids(ids)])  # same length: no padding (pads are attended)
         network = self.network
         embeds = network.get_input_embeddings()(ids)
         cache = DynamicCache(config=network.config.text_config)
@@ -125,22 +125,27 @@ class JanusProModel:
         return CachedSession(
             self.geometry,
             cache,
+            PromptRows(ids.shape[1]),
             prefill_logits,
-            self._step,
+            self._run,
             guidance_scale,
-            rows=ids.shape[0],
             token_vectors=self.token_vectors,
         )
 
-    def _step(self, tokens: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-        with torch.inference_mode():
-            network = self.network
-            embeds = network.prepare_embeddings_for_image_generation(tokens)
-            hidden = network.model.language_model(inputs_embeds=embeds, past_key_values=cache, use_cache=True)
-            return network.model.generation_head(hidden.last_hidden_state)
+    def _run(self, tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions) -> torch.Tensor:
+        network = self.network
+        language_model = network.model.language_model
+        hidden = language_model(
+            inputs_embeds=network.prepare_embeddings_for_image_generation(tokens),
+            attention_mask=transformers_mask(mask, language_model.config, language_model.dtype),
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        )
+        return network.model.generation_head(hidden.last_hidden_state)
 
     @torch.inference_mode()
-    def transformers_generate(self, prompt: str, sampling: SamplingSettings, seed: int) -> list[int]:
+    def reference_generate(self, prompt: str, sampling: SamplingSettings, seed: int) -> list[int]:
         """transformers' own image `generate()` on the same prompt: codebook ids, one per grid cell.
 
         Its random stream is the global one seeded with `seed`, the same stream our `ar` draws from
@@ -168,13 +173,6 @@ class JanusProModel:
 
     @torch.inference_mode()
     def decode(self, tokens: list[int] | torch.Tensor) -> Image.Image:
-        tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).flatten()
-        rows, cols = self.geometry.rows, self.geometry.cols
-        cells = rows * cols
-        if len(tokens) > cells:
-            raise ValueError(f"{len(tokens)} tokens for a grid of {cells} cells")
-        full = torch.zeros(cells, dtype=torch.long, device=self.device)
-        full[: len(tokens)] = tokens
-        pixels = self.network.decode_image_tokens(full[None])[0].permute(2, 0, 1)  # (C, H, W) in [-1, 1]
-        generated = (torch.arange(cells) < len(tokens)).view(rows, cols)
+        codes, generated = hub.grid_codes(tokens, self.geometry, self.geometry.vocab_size)
+        pixels = self.network.decode_image_tokens(codes[None].to(self.device))[0].permute(2, 0, 1)  # in [-1, 1]
         return hub.to_image(pixels, self._mean, self._std, generated)

@@ -20,8 +20,9 @@ state dict):
 Generation follows the release's sampler: two batch rows when guidance is on (condition, null
 condition), raw logits combined as `uncond + scale * (cond - uncond)` before temperature and top-k.
 The input at sequence index `cond_tokens + i` is the token of grid cell i and predicts cell i + 1.
-The KV cache is our own (`KVCache`): per-layer key/value tensors that can be cropped, which is all
-`CachedSession` asks of it.
+The network reads and extends a transformers `DynamicCache` and takes a boolean attention mask and
+position ids (indices into the rotary table), so `CachedSession` crops, gathers and masks it as it
+does the transformers families'; t2i caption padding is prompt padding to the session.
 
 The VQ decoder lives in `llamagen_vq.py`.
 """
@@ -30,20 +31,21 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
+from transformers import DynamicCache
 
 from specviz.models import hub
 from specviz.models.errors import ModelUnavailable
 from specviz.models.llamagen_vq import VQDecoder, VQDecoderConfig
 from specviz.models.protocol import Geometry
-from specviz.models.sampling import SamplingSettings
-from specviz.models.session import CachedSession
+from specviz.models.session import CachedSession, PromptRows
+from specviz.models.settings import SamplingSettings
 
 HUB_ID = "FoundationVision/LlamaGen"
 C2I_ENV_VAR = "SPECVIZ_LLAMAGEN_C2I_WEIGHTS"
@@ -175,43 +177,15 @@ def rotary_table_2d(config: LlamaGenConfig) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """x (B, S, H, D) rotated pairwise (adjacent dims) by table (S, D // 2, 2), computed in float32."""
+    """x (B, S, H, D) rotated pairwise (adjacent dims) by table (S, D // 2, 2) or, one per row,
+    (B, S, D // 2, 2); computed in float32."""
     pairs = x.float().reshape(*x.shape[:-1], -1, 2)
-    cos, sin = table[None, :, None, :, 0], table[None, :, None, :, 1]
+    if table.dim() == 3:
+        table = table[None]
+    cos, sin = table[:, :, None, :, 0], table[:, :, None, :, 1]
     real, imag = pairs[..., 0], pairs[..., 1]
     rotated = torch.stack([real * cos - imag * sin, imag * cos + real * sin], dim=-1)
     return rotated.flatten(3).type_as(x)
-
-
-class KVCache:
-    """Per-layer keys and values (B, kv_heads, T, head_dim), and which prefix keys may be attended.
-
-    `crop(n)` with negative n drops the last -n positions (transformers' convention), positive n keeps
-    the first n.
-    """
-
-    def __init__(self, n_layer: int):
-        self.keys: list[torch.Tensor | None] = [None] * n_layer
-        self.values: list[torch.Tensor | None] = [None] * n_layer
-        self.key_valid: torch.Tensor | None = None  # (B, T) of the prefill; later keys are always valid
-
-    @property
-    def length(self) -> int:
-        return 0 if self.keys[0] is None else self.keys[0].shape[2]
-
-    def update(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys[layer] is not None:
-            keys = torch.cat([self.keys[layer], keys], dim=2)
-            values = torch.cat([self.values[layer], values], dim=2)
-        self.keys[layer], self.values[layer] = keys, values
-        return keys, values
-
-    def crop(self, count: int) -> None:
-        keep = self.length + count if count < 0 else count
-        if not 0 <= keep <= self.length:
-            raise ValueError(f"cannot crop a cache of {self.length} positions to {keep}")
-        self.keys = [None if k is None else k[:, :, :keep] for k in self.keys]
-        self.values = [None if v is None else v[:, :, :keep] for v in self.values]
 
 
 class Attention(nn.Module):
@@ -221,7 +195,7 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(config.dim, (config.n_head + 2 * config.kv_heads) * config.head_dim, bias=False)
         self.wo = nn.Linear(config.dim, config.dim, bias=False)
 
-    def forward(self, x, rotary, mask, cache: KVCache | None, layer: int) -> torch.Tensor:
+    def forward(self, x, rotary, mask, cache: DynamicCache | None, layer: int) -> torch.Tensor:
         batch, length, dim = x.shape
         kv_dim = self.kv_heads * self.head_dim
         q, k, v = self.wqkv(x).split([dim, kv_dim, kv_dim], dim=-1)
@@ -229,7 +203,7 @@ class Attention(nn.Module):
         k = apply_rotary(k.view(batch, length, self.kv_heads, self.head_dim), rotary).transpose(1, 2)
         v = v.view(batch, length, self.kv_heads, self.head_dim).transpose(1, 2)
         if cache is not None:
-            k, v = cache.update(layer, k, v)
+            k, v = cache.update(k, v, layer)
         groups = self.n_head // self.kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -307,36 +281,50 @@ class LlamaGenTransformer(nn.Module):
         # float32 whatever the weights' dtype (not a buffer, so `.to(bfloat16)` leaves it alone)
         self.rotary = rotary_table_2d(config)
 
-    def forward(self, embeds: torch.Tensor, cache: KVCache | None = None, key_valid: torch.Tensor | None = None):
-        """embeds (B, S, dim) appended after the cache's positions; `key_valid` (B, S) marks the
-        condition tokens that may be attended (t2i padding), given with the prefill only."""
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        cache: DynamicCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """embeds (B, S, dim) appended after the cache's positions. `attention_mask` (B, 1, S, keys)
+        boolean (True attends) replaces the causal mask; `position_ids` (B, S), indices into the rotary
+        table, replace the sequence indices after the cache (unchecked here: that would cost a sync)."""
         if self.rotary.device != embeds.device:
             self.rotary = self.rotary.to(embeds.device)
-        start = 0 if cache is None else cache.length
-        length = embeds.shape[1]
-        if start + length > self.rotary.shape[0]:
-            raise ValueError(f"llamagen: position {start + length - 1} is past the sequence of {self.rotary.shape[0]}")
-        if cache is not None and key_valid is not None:
-            cache.key_valid = key_valid
-        mask = self._mask(start, length, embeds.shape[0], cache.key_valid if cache is not None else key_valid)
-        rotary = self.rotary[start : start + length]
+        start = 0 if cache is None else cache.get_seq_length()
+        batch, length = embeds.shape[:2]
+        if position_ids is None:
+            if start + length > self.rotary.shape[0]:
+                raise ValueError(
+                    f"llamagen: position {start + length - 1} is past the sequence of {self.rotary.shape[0]}"
+                )
+            rotary = self.rotary[start : start + length]
+        else:
+            rotary = self.rotary[position_ids]
+        mask = attention_mask
+        if mask is None:
+            mask = causal_mask(start, length, self.rotary.device).expand(batch, -1, -1, -1)
         h = embeds
         for index, layer in enumerate(self.layers):
             h = layer(h, rotary, mask, cache, index)
         return self.output(self.norm(h)).float()
 
-    def _mask(self, start: int, length: int, batch: int, key_valid: torch.Tensor | None) -> torch.Tensor:
-        """(B, 1, S, start + S) boolean: causal, padded condition keys hidden, each query sees itself."""
-        device = self.rotary.device
-        queries = torch.arange(start, start + length, device=device)[:, None]
-        keys = torch.arange(start + length, device=device)[None, :]
-        mask = (keys <= queries).expand(batch, length, -1)
-        if key_valid is not None:
-            valid = torch.ones(batch, start + length, dtype=torch.bool, device=device)
-            prefix = min(key_valid.shape[1], start + length)
-            valid[:, :prefix] = key_valid[:, :prefix].bool()
-            mask = (mask & valid[:, None, :]) | (keys == queries)
-        return mask[:, None]
+
+def causal_mask(start: int, length: int, device: torch.device) -> torch.Tensor:
+    """(1, 1, length, start + length) boolean: queries at start.. see every key up to themselves."""
+    queries = torch.arange(start, start + length, device=device)[:, None]
+    keys = torch.arange(start + length, device=device)[None, :]
+    return (keys <= queries)[None, None]
+
+
+def condition_mask(key_valid: torch.Tensor) -> torch.Tensor:
+    """(B, 1, S, S) boolean mask of an uncached pass from the start whose keys `key_valid` (B, S) marks
+    (t2i caption padding hidden): causal, and every query sees itself, so a padded query sees something."""
+    length = key_valid.shape[1]
+    mask = causal_mask(0, length, key_valid.device) & key_valid.bool()[:, None, None, :]
+    return mask | torch.eye(length, dtype=torch.bool, device=key_valid.device)
 
 
 # ---------------------------------------------------------------------------------------------- adapter
@@ -362,6 +350,8 @@ def parse_class(prompt: str, num_classes: int) -> int:
 
 class LlamaGenModel:
     """A LlamaGen GPT and its VQ decoder behind the protocol; t2i models also hold a T5 encoder."""
+
+    reference_generate = None  # not a transformers model: there is no generate() to compare with
 
     def __init__(
         self,
@@ -441,44 +431,25 @@ class LlamaGenModel:
     @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:
         embeds, valid = self.condition(prompt, guidance_scale)
-        cache = KVCache(self.gpt.config.n_layer)
-        logits = self.gpt(embeds, cache, key_valid=valid)
+        cache = DynamicCache()
+        logits = self.gpt(embeds, cache, attention_mask=None if valid is None else condition_mask(valid))
         return CachedSession(
             self.geometry,
             cache,
+            PromptRows(embeds.shape[1], visible=valid),  # positions count the padding: no shift
             logits[:, -1],
-            self._step,
+            self._run,
             guidance_scale,
-            rows=embeds.shape[0],
             token_vectors=self.token_vectors,
         )
 
-    def _step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        with torch.inference_mode():
-            return self.gpt(self.gpt.tok_embeddings(tokens.to(self.device)), cache)
-
-    @torch.inference_mode()
-    def uncached_logits(self, prompt: str, guidance_scale: float, tokens: torch.Tensor) -> torch.Tensor:
-        """(len(tokens) + 1, V) guided logits of every generated position by one pass without a cache."""
-        embeds, valid = self.condition(prompt, guidance_scale)
-        tokens = torch.as_tensor(tokens, device=self.device).reshape(1, -1).expand(embeds.shape[0], -1)
-        sequence = torch.cat([embeds, self.gpt.tok_embeddings(tokens)], dim=1)
-        raw = self.gpt(sequence, None, key_valid=valid)[:, embeds.shape[1] - 1 :]
-        if raw.shape[0] == 1:
-            return raw[0]
-        return raw[1] + guidance_scale * (raw[0] - raw[1])
+    def _run(self, tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions) -> torch.Tensor:
+        return self.gpt(self.gpt.tok_embeddings(tokens.to(self.device)), cache, mask, positions)
 
     @torch.inference_mode()
     def decode(self, tokens: list[int] | torch.Tensor) -> Image.Image:
-        tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).flatten()
-        rows, cols = self.geometry.rows, self.geometry.cols
-        cells = rows * cols
-        if len(tokens) > cells:
-            raise ValueError(f"{len(tokens)} tokens for a grid of {cells} cells")
-        full = torch.zeros(cells, dtype=torch.long, device=self.device)
-        full[: len(tokens)] = tokens
-        pixels = self.vq(full.view(1, rows, cols))[0]  # (3, H, W) in [-1, 1]
-        generated = (torch.arange(cells) < len(tokens)).view(rows, cols)
+        codes, generated = hub.grid_codes(tokens, self.geometry, self.geometry.vocab_size)
+        pixels = self.vq(codes.view(1, self.geometry.rows, self.geometry.cols).to(self.device))[0]  # in [-1, 1]
         return hub.to_image(pixels, self._half, self._half, generated)
 
     # -- loading
@@ -488,8 +459,7 @@ class LlamaGenModel:
         """From a folder holding the GPT and VQ checkpoints (t2i: and a FLAN-T5-XL folder), or the hub."""
         name = f"llamagen-{variant}"
         device = torch.device(device)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ModelUnavailable(f"{name}: device {device} requested but CUDA is not available; use --device cpu")
+        hub.check_device(name, device)
         gpt_path, vq_path = checkpoint_paths(name, weights, variant)
         dtype = hub.default_dtype(device)
         gpt_state, vq_state = read_checkpoint(name, gpt_path), read_checkpoint(name, vq_path)
@@ -499,7 +469,7 @@ class LlamaGenModel:
             config = LlamaGenConfig.from_state_dict(gpt_state, block_size)
         except (KeyError, ValueError) as error:
             raise ModelUnavailable(f"{name}: {gpt_path} or {vq_path} is not a LlamaGen checkpoint ({error})") from error
-        check_memory(name, config, device)
+        hub.check_gpu_memory(name, lambda: LlamaGenTransformer(config), device)
         try:
             gpt = build_gpt(config, gpt_state)
             vq = VQDecoder(vq_config)
@@ -600,28 +570,9 @@ def offline_reason(variant: str) -> str | None:
         if (folder / gpt_file).is_file() and (folder / vq_file).is_file():
             return None
         return f"{env_var}={local} lacks {gpt_file} or {vq_file}"
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        if all(isinstance(try_to_load_from_cache(HUB_ID, name), str) for name in (gpt_file, vq_file)):
-            return None
-    except Exception:  # a broken cache is the same as none
-        pass
+    if hub.in_hub_cache(HUB_ID, gpt_file, vq_file):
+        return None
     return f"needs {gpt_file} and {vq_file} of {HUB_ID}: pass --weights with their folder, or set {env_var}"
-
-
-def check_memory(name: str, config: LlamaGenConfig, device: torch.device) -> None:
-    if device.type != "cuda":
-        return
-    with torch.device("meta"):
-        parameters = sum(p.numel() for p in LlamaGenTransformer(config).parameters())
-    needed = parameters * 2 * hub.MEMORY_OVERHEAD / hub.GIB + hub.MEMORY_MARGIN_GIB
-    free, total = torch.cuda.mem_get_info(device)
-    if needed > free / hub.GIB:
-        raise ModelUnavailable(
-            f"{name}: needs about {needed:.1f} GiB of GPU memory in bf16 ({parameters / 1e9:.2f}B parameters), "
-            f"but {device} has {free / hub.GIB:.1f} GiB free of {total / hub.GIB:.1f} GiB; use --device cpu"
-        )
 
 
 def load_t5(name: str, weights, device: torch.device, dtype: torch.dtype):
@@ -644,11 +595,3 @@ def load_t5(name: str, weights, device: torch.device, dtype: torch.dtype):
             f"{T5_HUB_ID} in a t5/ folder beside the checkpoints or set {T5_ENV_VAR}"
         ) from error
     return encoder.to(device).eval().requires_grad_(False), tokenizer
-
-
-def tiny_config(**overrides) -> LlamaGenConfig:
-    """A few-thousand-parameter LlamaGen for tests and demos: 4x4 grid, 64 codes."""
-    base = LlamaGenConfig(
-        dim=32, n_layer=2, n_head=4, n_kv_head=2, multiple_of=16, vocab_size=64, block_size=16, num_classes=10
-    )
-    return replace(base, **overrides)

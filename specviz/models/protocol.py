@@ -7,13 +7,14 @@ with a one-hot distribution, so every method treats them as slots that are alway
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
 from PIL import Image
 
-from specviz.models.sampling import SamplingSettings
+from specviz.models.settings import SamplingSettings
 
 IMAGE_CELL = -1  # layout entry of a position that holds an image token
 
@@ -55,28 +56,36 @@ class Geometry:
 class Session(Protocol):
     """One generation in progress: a prompt prefilled and a committed prefix of generated tokens.
 
-    - `length`: number of committed generated tokens.
-    - `next_logits`: (V,) logits for position `length`, given the committed prefix.
+    - `position`: number of committed generated tokens, i.e. the position `next_logits` predicts.
+    - `next_logits`: (V,) logits for position `position`, given the committed prefix.
     - `forward(tokens)`: appends n tokens after the committed prefix (discarding anything appended
       earlier and not committed) and returns (n, V) logits: row i is the distribution of position
-      `length + i + 1` given the prefix and tokens[: i + 1]. Guidance is already combined and layout
+      `position + i + 1` given the prefix and tokens[: i + 1]. Guidance is already combined and layout
       slots are one-hot. One model pass.
-    - `commit(k)`: keeps the first k tokens of the last `forward`, crops the rest from the cache.
-      `commit(0)` is a rollback.
+    - `forward(tokens, parents)`: the same for a draft tree: `parents[i]` is the index of token i's
+      parent in `tokens` (parents before children), or -1 for a child of the committed prefix. Token i
+      at depth d (d = 0 when its parent is -1) sits at position `position + d`, sees the prefix and its
+      ancestors only, and row i is the distribution of position `position + d + 1`.
+    - `commit(keep)`: an int keeps the first `keep` tokens of the last `forward` (`commit(0)` is a
+      rollback); a sequence of indices keeps that root-to-node path of its tree, in order. Everything
+      else leaves the cache; `position` advances by the number kept and `next_logits` becomes the
+      row of the last kept token.
     - `nfe`: model passes so far, the prefill included.
-    - `token_vectors` (optional): (V, D) codebook vectors, for LANTERN and GSD.
+    - `token_vectors`: (V, D) codebook vectors, layout tokens far from every code, for LANTERN and
+      GSD; None where the model has none.
     """
 
     geometry: Geometry
-    length: int
+    position: int
     nfe: int
+    token_vectors: torch.Tensor | None
 
     @property
     def next_logits(self) -> torch.Tensor: ...
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor: ...
+    def forward(self, tokens: torch.Tensor, parents: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor: ...
 
-    def commit(self, count: int) -> None: ...
+    def commit(self, keep: int | Sequence[int] | torch.Tensor) -> None: ...
 
 
 class UnsupportedMethod(ValueError):
@@ -86,20 +95,25 @@ class UnsupportedMethod(ValueError):
 def token_vectors(session: Session, method: str) -> torch.Tensor:
     """(V, D) latent vector of every token (the VQ codebook), for methods that relax acceptance
     to similar tokens; layout tokens must sit far from every image token."""
-    vectors = getattr(session, "token_vectors", None)
-    if vectors is None:
+    if session.token_vectors is None:
         raise UnsupportedMethod(f"{method} needs the tokenizer's codebook vectors, which this model does not expose")
-    return vectors
+    return session.token_vectors
 
 
 @runtime_checkable
 class ImageModel(Protocol):
-    """A loaded model family: geometry, default sampling, sessions and a token decoder."""
+    """A loaded model family: geometry, default sampling, sessions and a token decoder.
+
+    `reference_generate(prompt, sampling, seed)` runs transformers' own `generate()` on the same
+    network and returns the generated method ids: the speed bar for our AR loop. None where there is
+    no such loop (the network is not a transformers model, or its `generate()` cannot draw images).
+    """
 
     name: str
     geometry: Geometry
     default_sampling: SamplingSettings
     device: torch.device
+    reference_generate: Callable[[str, SamplingSettings, int], list[int]] | None
 
     def session(self, prompt: str, guidance_scale: float) -> Session: ...
 

@@ -1,21 +1,34 @@
-"""A KV-cached session shared by the transformers-based families.
+"""The session layer every family shares: KV-cached passes over chains and draft trees.
 
-It holds one batch row for the prompt and, when guidance is on, a second row for the
-unconditional prompt; both rows see the same generated tokens. Rejected drafts are cropped from
-the `DynamicCache` (`crop(-n)`, a negative count in transformers 5), so they leave no trace.
+A session holds one batch row for the prompt and, when guidance is on, a second row for the
+unconditional prompt; both rows see the same generated tokens. The model-specific part is one
+function, `run(tokens, cache, attention_mask, position_ids) -> raw logits`. The session owns the
+rest: the attention mask (prompt padding hidden, a draft tree's ancestor mask), the position ids,
+guidance, layout forcing, and which cache entries survive a commit. Rejected drafts are cropped
+from the cache (`crop(-n)`, a negative count in transformers 5); an accepted tree path that is not
+the first tokens appended is gathered into place first, as EAGLE does.
+
+A plain chain pass over unpadded prompts passes no mask and no positions, so the model takes its
+own causal fast path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 
 from specviz.models.protocol import IMAGE_CELL, Geometry
 
-# (tokens (rows, n), cache) -> raw logits (rows, n, V): one model pass appending n tokens per row
-StepFn = Callable[[torch.Tensor, DynamicCache], torch.Tensor]
+# (tokens (rows, n), cache, attention_mask (rows, 1, n, cache length after the pass) bool or None,
+#  position_ids (rows, n) or None) -> raw logits (rows, n, V): one model pass appending n tokens per row
+RunFn = Callable[[torch.Tensor, Any, torch.Tensor | None, torch.Tensor | None], torch.Tensor]
+CombineFn = Callable[[torch.Tensor, float], torch.Tensor]
 
 
 def combine_guidance(raw: torch.Tensor, scale: float) -> torch.Tensor:
@@ -29,66 +42,285 @@ def combine_guidance(raw: torch.Tensor, scale: float) -> torch.Tensor:
     return (uncond + scale * (cond - uncond)).nan_to_num(nan=float("-inf"))
 
 
+@dataclass(frozen=True)
+class PromptRows:
+    """Where the prefilled prompt rows sit in the cache.
+
+    `width` cache entries precede the first generated token in every row. `visible` (rows, width)
+    marks the prompt keys that may be attended (None: all), `first_position` (rows,) the position id
+    of each row's first generated token (None: `width`); left-padded rows need both.
+    """
+
+    width: int
+    visible: torch.Tensor | None = None
+    first_position: torch.Tensor | None = None
+
+    @classmethod
+    def left_padded(cls, lengths: Sequence[int], device: torch.device) -> PromptRows:
+        """Rows of these prompt lengths, shorter ones padded on the left to the longest."""
+        width = max(lengths)
+        if all(length == width for length in lengths):
+            return cls(width)
+        lengths = torch.tensor(lengths, device=device)
+        visible = torch.arange(width, device=device)[None, :] >= (width - lengths)[:, None]
+        return cls(width, visible, lengths)
+
+    @property
+    def plain(self) -> bool:
+        """No prompt key hidden and positions counted from the cache length: no mask needed."""
+        hidden = self.visible is not None and not bool(self.visible.all())
+        shifted = self.first_position is not None and bool((self.first_position != self.width).any())
+        return not hidden and not shifted
+
+
+def tree_structure(parents: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, n) ancestor mask (each token sees itself and its ancestors) and (n,) depths of a draft tree.
+
+    `parents[i]` is the index of token i's parent, or -1 for a child of the committed prefix;
+    parents come before their children.
+    """
+    depth: list[int] = []
+    paths: list[list[int]] = []
+    for index, parent in enumerate(parents):
+        if not -1 <= parent < index:
+            raise ValueError(f"parents[{index}] = {parent}: a parent is -1 or the index of an earlier token")
+        paths.append([*paths[parent], index] if parent >= 0 else [index])
+        depth.append(len(paths[-1]) - 1)
+    queries = [index for index, path in enumerate(paths) for _ in path]
+    keys = [key for path in paths for key in path]
+    ancestors = torch.zeros(len(parents), len(parents), dtype=torch.bool)
+    ancestors[queries, keys] = True
+    return ancestors, torch.tensor(depth)
+
+
 class CachedSession:
-    """Implements the `Session` protocol over a step function and a prefilled `DynamicCache`."""
+    """Implements the `Session` protocol over a prefilled cache and a model's `run` function."""
 
     def __init__(
         self,
         geometry: Geometry,
-        cache: DynamicCache,
+        cache: Any,
+        prompt: PromptRows,
         prefill_logits: torch.Tensor,
-        step: StepFn,
+        run: RunFn,
         guidance_scale: float,
-        rows: int,
-        combine: Callable[[torch.Tensor, float], torch.Tensor] = combine_guidance,
+        *,
+        combine: CombineFn = combine_guidance,
         token_vectors: torch.Tensor | None = None,
     ):
         self.geometry = geometry
         self.token_vectors = token_vectors
-        self.length = 0
+        self.position = 0
         self.nfe = 1
         self._cache = cache
-        self._step = step
+        self._prompt = prompt
+        self._plain_prompt = prompt.plain
+        self._run = run
         self._scale = guidance_scale
-        self._rows = rows
         self._combine = combine
+        self._rows = prefill_logits.shape[0]
+        self._device = prefill_logits.device
         self._pending = 0  # tokens in the cache after the committed prefix
+        self._parents: list[int] | None = None  # the last forward's tree; None for a chain
         self._last: torch.Tensor | None = None
-        self._forced = torch.tensor(geometry.layout)
-        self._next = self._force(combine(prefill_logits.float(), guidance_scale).unsqueeze(0), 0)[0]
+        self._has_layout = any(entry != IMAGE_CELL for entry in geometry.layout)
+        # the forced token of every position, and a sentinel for positions past the end
+        self._layout_device = torch.tensor([*geometry.layout, IMAGE_CELL], device=self._device)
+        self._token_ids = torch.arange(geometry.vocab_size, device=self._device)
+        self._next = self._force(combine(prefill_logits.float(), guidance_scale).unsqueeze(0), 0, None)[0]
 
     @property
     def next_logits(self) -> torch.Tensor:
         return self._next
 
-    def _force(self, logits: torch.Tensor, first_position: int) -> torch.Tensor:
-        """One-hot logits at layout slots among positions first_position .. first_position + n - 1."""
-        end = min(first_position + logits.shape[0], self.geometry.seq_len)
-        forced = self._forced[first_position:end]
-        slots = (forced != IMAGE_CELL).nonzero().squeeze(1)
-        if len(slots) == 0:
-            return logits
-        logits = logits.clone()
-        logits[slots] = float("-inf")
-        logits[slots, forced[slots].to(logits.device)] = 0.0
-        return logits
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, parents: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor:
+        tokens = tokens.reshape(-1)
+        count = tokens.shape[0]
         if self._pending:
             self._cache.crop(-self._pending)
-        tokens = tokens.reshape(1, -1).expand(self._rows, -1)
-        raw = self._step(tokens, self._cache).float()
-        self._pending = tokens.shape[1]
+            self._pending = 0
+        depth = mask = positions = None  # a chain over plain prompts: the model's own causal fast path
+        if parents is not None:
+            parents = [int(p) for p in (parents.tolist() if isinstance(parents, torch.Tensor) else parents)]
+            if len(parents) != count:
+                raise ValueError(f"{len(parents)} parents for {count} tokens")
+            ancestors, depth = tree_structure(parents)
+            mask, positions = self._attention(ancestors, depth)
+        elif not self._plain_prompt:
+            causal = torch.ones(count, count, dtype=torch.bool, device=self._device).tril()
+            mask, positions = self._attention(causal, torch.arange(count, device=self._device))
+        with torch.inference_mode():
+            raw = self._run(tokens.reshape(1, -1).expand(self._rows, -1), self._cache, mask, positions)
+        self._pending, self._parents = count, parents
         self.nfe += 1
-        self._last = self._force(self._combine(raw, self._scale), self.length + 1)
+        self._last = self._force(self._combine(raw.float(), self._scale), self.position + 1, depth)
         return self._last
 
-    def commit(self, count: int) -> None:
-        if not 0 <= count <= self._pending:
-            raise ValueError(f"cannot commit {count} of {self._pending} appended tokens")
+    def commit(self, keep: int | Sequence[int] | torch.Tensor) -> None:
+        """Keep the first `keep` tokens of the last forward, or the root-to-node path `keep` of its tree."""
+        if isinstance(keep, torch.Tensor):
+            keep = keep.tolist()
+        if isinstance(keep, Sequence):
+            path = [int(index) for index in keep]
+        else:
+            count = operator.index(keep)
+            if not 0 <= count <= self._pending:
+                raise ValueError(f"cannot commit {count} of {self._pending} appended tokens")
+            path = list(range(count))
+        self._check_path(path)
+        count = len(path)
+        if path != list(range(count)):
+            self._gather(path)
         if count < self._pending:
             self._cache.crop(-(self._pending - count))
         if count:
-            self._next = self._last[count - 1]
-            self.length += count
+            self._next = self._last[path[-1]]
+            self.position += count
         self._pending = 0
+
+    def _check_path(self, path: list[int]) -> None:
+        """Each kept token is a child of the one before it, the first a child of the committed prefix."""
+        parent = -1
+        for index in path:
+            if not 0 <= index < self._pending:
+                raise ValueError(f"cannot commit token {index} of {self._pending} appended tokens")
+            actual = index - 1 if self._parents is None else self._parents[index]
+            if actual != parent:
+                raise ValueError(f"{path} is not a root-to-node path of the last forward's tokens")
+            parent = index
+
+    def _gather(self, path: list[int]) -> None:
+        """Move the path's keys and values to the slots right after the committed prefix."""
+        if not isinstance(self._cache, DynamicCache):
+            raise TypeError(f"cannot keep a tree path in a {type(self._cache).__name__}; use a DynamicCache")
+        start = self._prompt.width + self.position
+        source = torch.tensor(path, device=self._device) + start
+        with torch.inference_mode():
+            for layer in self._cache.layers:
+                layer.keys[..., start : start + len(path), :] = layer.keys[..., source, :]
+                layer.values[..., start : start + len(path), :] = layer.values[..., source, :]
+
+    def _attention(self, ancestors: torch.Tensor, depth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Boolean mask (rows, 1, n, cache length after the pass) and position ids (rows, n) of a pass:
+        the visible prompt, the committed tokens, and among the new tokens `ancestors` (n, n)."""
+        prompt, rows, count, device = self._prompt, self._rows, len(depth), self._device
+        visible = prompt.visible
+        if visible is None:
+            visible = torch.ones(rows, prompt.width, dtype=torch.bool, device=device)
+        committed = torch.ones(rows, count, self.position, dtype=torch.bool, device=device)
+        new = ancestors.to(device).expand(rows, count, count)
+        mask = torch.cat([visible[:, None, :].expand(rows, count, -1), committed, new], dim=-1)[:, None]
+        first = prompt.first_position
+        if first is None:
+            first = torch.full((rows,), prompt.width, device=device)
+        positions = first[:, None] + self.position + depth.to(device)[None, :]
+        return mask, positions
+
+    def _force(self, logits: torch.Tensor, first: int, depth: torch.Tensor | None) -> torch.Tensor:
+        """One-hot logits where row i predicts a layout slot: position `first + depth[i]` (first + i in a
+        chain). Computed on the logits' device without reading anything back, so a pass stays free of
+        host syncs."""
+        if not self._has_layout:
+            return logits
+        steps = torch.arange(len(logits), device=logits.device) if depth is None else depth.to(logits.device)
+        positions = (first + steps).clamp(max=self.geometry.seq_len)  # past the end: the sentinel, no slot
+        forced = self._layout_device[positions]
+        one_hot = torch.where(self._token_ids == forced[:, None], 0.0, float("-inf"))
+        return torch.where((forced != IMAGE_CELL)[:, None], one_hot, logits)
+
+
+# ---- transformers models -------------------------------------------------------------------------
+
+
+def transformers_mask(mask: torch.Tensor | None, config, dtype: torch.dtype) -> torch.Tensor | None:
+    """The session's boolean mask as a ready 4D mask for the model's attention implementation.
+
+    transformers 5 passes a 4D mask through unchanged (`masking_utils._preprocess_mask_arguments`);
+    SDPA takes it boolean (True attends), eager attention adds it, so it needs 0 and the dtype's minimum.
+    """
+    if mask is None:
+        return None
+    implementation = config._attn_implementation
+    if implementation == "sdpa":
+        return mask
+    if implementation == "eager":
+        return torch.where(mask, torch.zeros((), dtype=dtype, device=mask.device), torch.finfo(dtype).min)
+    raise ValueError(
+        f"{implementation} attention takes no custom 4D mask, which padded prompts and draft trees need; "
+        "load the model with attn_implementation='sdpa' or 'eager'"
+    )
+
+
+def image_head(weight: torch.Tensor, layout_tokens: int = 0) -> Callable[[torch.Tensor], torch.Tensor]:
+    """hidden (..., H) -> logits (..., V + layout_tokens): the LM head rows of the image tokens (weight
+    (V, H)) and masked (-inf) layout tokens, which the session forces where the layout has them."""
+
+    def head(hidden: torch.Tensor) -> torch.Tensor:
+        logits = F.linear(hidden, weight)
+        if not layout_tokens:
+            return logits
+        return torch.cat([logits, logits.new_full((*logits.shape[:-1], layout_tokens), float("-inf"))], dim=-1)
+
+    return head
+
+
+def merge_left_padded(caches: list[DynamicCache], width: int, config) -> DynamicCache:
+    """One cache holding every row's cache, shorter ones left-padded with zero keys and values."""
+    layers = []
+    for index in range(len(caches[0].layers)):
+        rows = [cache.layers[index] for cache in caches]
+        keys = [F.pad(row.keys, (0, 0, width - row.keys.shape[2], 0)) for row in rows]
+        values = [F.pad(row.values, (0, 0, width - row.values.shape[2], 0)) for row in rows]
+        layers.append((torch.cat(keys), torch.cat(values)))
+    return DynamicCache(ddp_cache_data=layers, config=config)
+
+
+@torch.inference_mode()
+def separate_prompts_session(
+    geometry: Geometry,
+    prompts: list[torch.Tensor],
+    decoder,
+    input_ids: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    guidance_scale: float,
+    *,
+    combine: CombineFn = combine_guidance,
+    token_vectors: torch.Tensor | None = None,
+) -> CachedSession:
+    """A session over prompt rows (1, L) of any lengths, row 0 conditional, for a transformers decoder
+    that takes input ids and returns `last_hidden_state`; `input_ids` maps method ids to its ids.
+
+    Each row is prefilled alone, so no padding enters a prefill; the rows are then merged left-padded,
+    and the session hides the padding and counts positions from each row's first real token, so every
+    row sees exactly what it sees when run alone.
+    """
+    caches, last = [], []
+    for ids in prompts:
+        cache = DynamicCache(config=decoder.config)
+        hidden = decoder(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
+        caches.append(cache)
+        last.append(hidden[:, -1])
+    lengths = [ids.shape[1] for ids in prompts]
+    prompt = PromptRows.left_padded(lengths, last[0].device)
+    cache = caches[0] if len(caches) == 1 else merge_left_padded(caches, prompt.width, decoder.config)
+
+    def run(tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions: torch.Tensor | None):
+        hidden = decoder(
+            input_ids=input_ids[tokens],
+            attention_mask=transformers_mask(mask, decoder.config, decoder.dtype),
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+        return head(hidden)
+
+    return CachedSession(
+        geometry,
+        cache,
+        prompt,
+        head(torch.cat(last)),
+        run,
+        guidance_scale,
+        combine=combine,
+        token_vectors=token_vectors,
+    )

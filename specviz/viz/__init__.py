@@ -8,6 +8,7 @@ from specviz.viz.analysis import (
     fates,
     grid_state,
     per_iteration,
+    stalls,
     summary,
     tokens_through,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "race_figure",
     "save_gif",
     "save_mp4",
+    "stalls",
     "summary",
     "theme",
     "tokens_through",

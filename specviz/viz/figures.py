@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from specviz.trace import Trace
 from specviz.viz.analysis import MAP_KINDS, acceptance_maps, fates, grid_state, per_iteration, summary
-from specviz.viz.palette import LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, theme
+from specviz.viz.palette import LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
 TITLE_CHARS = {False: 46, True: 26}  # characters per title line that fit a half-width plot
 TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): the app lays its plot label
@@ -72,7 +72,7 @@ def _state_heatmap(states: np.ndarray, hover: np.ndarray, dark: bool, **kwargs: 
     )
 
 
-def _window_title(trace: Trace, j: int) -> str:
+def window_title(trace: Trace, j: int) -> str:
     """'iteration 12/40: 5 accepted, rejected at 5' and the variants without drafts or rejection."""
     it = trace.iterations[j]
     head = f"iteration {j}/{len(trace.iterations) - 1}"
@@ -152,7 +152,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         row=2,
         col=1,
     )
-    for state in STATES:
+    for state in legend_states(set(draft_fates)):
         fig.add_trace(
             go.Scatter(
                 x=[None],
@@ -190,7 +190,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
             text="no drafts this iteration", x=0, y=0.5, xref="x2", yref="y2", showarrow=False, font={"size": 14}
         )
     fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0.5, "xanchor": "center"})
-    return _finish(fig, _window_title(trace, j), 760, dark, large)
+    return _finish(fig, window_title(trace, j), 760, dark, large)
 
 
 def acceptance_map_figure(trace: Trace, kind: str, dark: bool = False, large: bool = False) -> go.Figure:
@@ -235,7 +235,7 @@ def accepted_length_figure(trace: Trace, dark: bool = False, large: bool = False
 
 
 def changed_figure(trace: Trace, dark: bool = False, large: bool = False) -> go.Figure:
-    """Carried drafts whose token changed between passes, against how many were carried."""
+    """Drafts carried into the next window whose token changed, against how many were carried."""
     series = per_iteration(trace)
     palette = colors(dark)
     x = np.arange(len(trace.iterations))
@@ -244,8 +244,8 @@ def changed_figure(trace: Trace, dark: bool = False, large: bool = False) -> go.
             go.Bar(x=x, y=series["changed"], name="drafts changed", marker_color=palette["redrawn"]),
             go.Scatter(
                 x=x,
-                y=series["window"] - series["new_drafts"],
-                name="drafts carried over",
+                y=series["carried"],
+                name="drafts carried into the next window",
                 mode="lines",
                 line={"color": OKABE_ITO["blue"], "shape": "hvh", "width": 2},
             ),

@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from specviz.trace import Trace
 from specviz.viz.analysis import GridState, grid_state
-from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, STATES, colors
+from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, colors, legend_states
 
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
 
@@ -32,11 +32,11 @@ def _text_width(font: Font, text: str) -> int:
     return int(right - left)
 
 
-def _legend_rows(font: Font, swatch: int, width: int) -> list[list[str]]:
+def _legend_rows(font: Font, swatch: int, width: int, shown: set[str]) -> list[list[str]]:
     """Legend entries (cell states, then the outline) flowed into rows no wider than `width`."""
     rows: list[list[str]] = [[]]
     used = 0
-    for key in (*STATES, "outline"):
+    for key in (*legend_states(shown), "outline"):
         item = swatch + 4 + _text_width(font, LABELS.get(key, NOW_LABEL)) + 2 * swatch
         if rows[-1] and used + item > width:
             rows.append([])
@@ -86,7 +86,7 @@ def frame(trace: Trace, j: int, image: Image.Image | None, scale: int = 16, dark
         f"iteration {j}/{len(trace.iterations) - 1}  tokens {it.start + len(it.committed)}/{len(g.layout)}  NFE {j + 1}"
     )
     content = max(2 * panel[0] + pad, _text_width(font, caption))
-    legend = _legend_rows(font, swatch, content)
+    legend = _legend_rows(font, swatch, content, set(grid.state.flat))
     top = pad + line
     legend_top = top + panel[1] + pad
     canvas = Image.new(

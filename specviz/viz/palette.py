@@ -17,21 +17,38 @@ OKABE_ITO = {
     "reddish_purple": "#CC79A7",
 }
 
-FATES = ("accepted", "rejected", "redrawn", "new")
+FATES = ("accepted", "rejected", "kept", "redrawn", "reset", "new")
 STATES = ("committed", "pending", *FATES)  # every colour a grid cell can take, in legend order
+OPTIONAL_STATES = ("reset",)  # only a non-default option produces these: in a legend only when shown
+
+
+def legend_states(shown: set[str]) -> list[str]:
+    """The states a legend lists: all but the optional ones that are not on screen."""
+    return [state for state in STATES if state not in OPTIONAL_STATES or state in shown]
+
 
 LABELS = {
     "committed": "committed earlier",
     "pending": "not generated yet",
     "accepted": "accepted",
     "rejected": "rejected, resampled",
-    "redrawn": "redrawn",
-    "new": "new (just initialised)",
+    "kept": "kept (same token carried on)",
+    "redrawn": "redrawn (token changed)",
+    "reset": "reset (initialised afresh)",
+    "new": "new (verified for the first time)",
 }
 NOW_LABEL = "committed this iteration"
 
 BACKGROUND = {False: "#FFFFFF", True: "#111111"}
 FOREGROUND = {False: "#222222", True: "#EEEEEE"}
+
+
+def lightness(color: str) -> float:
+    """CIE L* (0 black to 100 white) of a #RRGGBB colour: how light it prints in grey scale."""
+    channels = [int(color[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return 116 * luminance ** (1 / 3) - 16 if luminance > 216 / 24389 else luminance * 24389 / 27
 
 
 def colors(dark: bool = False) -> dict[str, str]:
@@ -41,7 +58,9 @@ def colors(dark: bool = False) -> dict[str, str]:
         "pending": "#2E2E2E" if dark else "#EBEBEB",
         "accepted": OKABE_ITO["bluish_green"],
         "rejected": OKABE_ITO["vermillion"],
+        "kept": OKABE_ITO["blue"],
         "redrawn": OKABE_ITO["orange"],
+        "reset": OKABE_ITO["reddish_purple"],
         "new": OKABE_ITO["sky_blue"],
         "outline": FOREGROUND[dark],
     }

@@ -12,8 +12,8 @@ from transformers import DynamicCache
 
 from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import Geometry
-from specviz.models.sampling import SamplingSettings
-from specviz.models.session import CachedSession
+from specviz.models.session import CachedSession, PromptRows, transformers_mask
+from specviz.models.settings import SamplingSettings
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny.text import shared_text_encoder
 from specviz.models.tiny.tokenizer import PatchTokenizer
@@ -68,10 +68,10 @@ class TinyModel:
         return CachedSession(
             self.geometry,
             cache,
+            PromptRows(prefix.shape[1]),
             prefill_logits,
-            self._step,
+            self._run,
             guidance_scale,
-            rows=prefix.shape[0],
             token_vectors=self.tokenizer.codebook,
         )
 
@@ -100,11 +100,16 @@ class TinyModel:
         )
         return out[0, -length:].tolist()
 
-    def _step(self, tokens: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-        with torch.inference_mode():
-            lm = self.network.lm
-            hidden = lm.model(input_ids=tokens, past_key_values=cache, use_cache=True).last_hidden_state
-            return lm.lm_head(hidden)
+    def _run(self, tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions) -> torch.Tensor:
+        lm = self.network.lm
+        hidden = lm.model(
+            input_ids=tokens,
+            attention_mask=transformers_mask(mask, lm.config, lm.dtype),
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+        return lm.lm_head(hidden)
 
     def decode(self, tokens: list[int] | torch.Tensor) -> Image.Image:
         tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).flatten()

@@ -1,0 +1,671 @@
+"""Publication figures of traces: matplotlib, vector PDF and SVG (or PNG), at exact sizes in inches.
+
+The numbers come from the same pure functions as the app's plotly figures (specviz.viz.analysis)
+and the colours from the same palette; only the drawing back end differs. Papers are often read
+in grey, and several fate colours have nearly the same lightness there, so those fates are also
+hatched, and accepted drafts keep the outline of cells committed this iteration (see `grey_mark`).
+No model is loaded here: the image panel of the window figure comes from a `decode` callable.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib as mpl
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import PatchCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import MaxNLocator
+from PIL import Image
+
+from specviz.trace import Iteration, Trace
+from specviz.viz.analysis import acceptance_maps, fates, grid_state, per_iteration, summary, tokens_through
+from specviz.viz.figures import window_title
+from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, lightness
+
+FORMATS = ("pdf", "svg", "png")
+WIDTH_RANGE_IN = (1.5, 16.0)  # narrower cannot hold a label; wider is no page or slide
+HATCHES = {"rejected": "xxxx", "kept": "----", "redrawn": "////", "reset": "\\\\\\\\", "new": "...."}
+OUTLINED = frozenset({"accepted"})  # accepted cells are always committed this iteration, so always outlined
+GREY_STEP = 10.0  # CIE L* apart: two plain colours this far apart stay distinct when printed in grey
+STRIP_HEIGHT = 0.12  # the fate strip under the ratio bars, in units of the ratio axis
+IMAGE_PIXELS = 512  # the image panel is upscaled (nearest) to about this size, so viewers keep cells crisp
+METADATA = {"pdf": {"Creator": "specviz", "CreationDate": None}, "svg": {"Creator": "specviz", "Date": None}, "png": {}}
+_DRAWING = threading.Lock()  # matplotlib's rcParams are global: one figure is drawn at a time
+
+Decoder = Callable[[Trace, list[int]], Image.Image]
+
+
+@dataclass(frozen=True)
+class Style:
+    """Type sizes and theme of one target: a two-column paper or a slide (light or dark)."""
+
+    name: str
+    width_in: float  # default width
+    font_pt: float
+    small_pt: float  # ticks and legends
+    line_pt: float
+    titles: bool  # a paper's caption replaces the title
+    dark: bool
+    serif: bool  # Times-like text next to a paper's body text
+    png_dpi: int
+
+    @property
+    def font_in(self) -> float:
+        return self.font_pt / 72
+
+    def rc(self) -> dict:
+        """matplotlib settings: sizes, colours, embedded TrueType in PDF, text kept as text in SVG
+        (editable and typeset by LaTeX's svg package), and a fixed hash salt so files are reproducible."""
+        background, foreground = BACKGROUND[self.dark], FOREGROUND[self.dark]
+        return {
+            "font.family": "serif" if self.serif else "sans-serif",
+            "font.serif": ["STIXGeneral", "DejaVu Serif"],
+            "font.sans-serif": ["DejaVu Sans"],
+            "mathtext.fontset": "stix" if self.serif else "dejavusans",
+            "font.size": self.font_pt,
+            "axes.labelsize": self.font_pt,
+            "axes.titlesize": self.font_pt,
+            "figure.titlesize": self.font_pt + 1,
+            "xtick.labelsize": self.small_pt,
+            "ytick.labelsize": self.small_pt,
+            "legend.fontsize": self.small_pt,
+            "legend.frameon": False,
+            "legend.handlelength": 1.2,
+            "legend.handleheight": 1.0,
+            "legend.columnspacing": 1.0,
+            "axes.linewidth": self.line_pt,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "xtick.major.width": self.line_pt,
+            "ytick.major.width": self.line_pt,
+            "xtick.major.size": 2.5 * self.line_pt / 0.6,
+            "ytick.major.size": 2.5 * self.line_pt / 0.6,
+            "lines.linewidth": 1.5 * self.line_pt,
+            "hatch.linewidth": 0.6 * self.line_pt,
+            "figure.facecolor": background,
+            "axes.facecolor": background,
+            "savefig.facecolor": background,
+            "text.color": foreground,
+            "axes.labelcolor": foreground,
+            "axes.edgecolor": foreground,
+            "xtick.color": foreground,
+            "ytick.color": foreground,
+            "pdf.fonttype": 42,
+            "svg.fonttype": "none",
+            "svg.hashsalt": "specviz",
+            "svg.id": "specviz",
+        }
+
+
+STYLES = {
+    "paper": Style("paper", 3.3, 9, 8, 0.6, titles=False, dark=False, serif=True, png_dpi=600),
+    "slides": Style("slides", 6.4, 14, 12, 1.0, titles=True, dark=False, serif=False, png_dpi=300),
+    "dark": Style("dark", 6.4, 14, 12, 1.0, titles=True, dark=True, serif=False, png_dpi=300),
+}
+
+
+class FigureOptionError(ValueError):
+    """Options that cannot make figures (unknown style or format, width or iteration out of range)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Everything a drawing function needs besides the traces."""
+
+    style: Style
+    width_in: float
+    iteration: int | None
+    decode: Decoder | None
+
+    @property
+    def palette(self) -> dict[str, str]:
+        return colors(self.style.dark)
+
+    @property
+    def foreground(self) -> str:
+        return FOREGROUND[self.style.dark]
+
+
+@dataclass(frozen=True)
+class Need:
+    """Records a figure needs from a trace; `missing` completes 'no ... in TRACE'."""
+
+    missing: str
+    present: Callable[[Trace], bool]
+
+
+def _records_draft_trees(trace: Trace) -> bool:
+    """Trace version 2 records no draft trees; tree methods (issue 12) add them."""
+    return False
+
+
+def _records_continuous_tokens(trace: Trace) -> bool:
+    """Trace version 2 records no continuous tokens; continuous models (issue 13) add them."""
+    return False
+
+
+DRAFT_TREES = Need("draft trees", _records_draft_trees)
+CONTINUOUS_TOKENS = Need("continuous-token records", _records_continuous_tokens)
+
+
+@dataclass(frozen=True)
+class FigureKind:
+    """One figure: its file name, what it shows, whether it draws one trace or all of them, what it
+    needs from a trace, and its drawing function (None: announced, drawn once traces record its need)."""
+
+    name: str
+    title: str
+    per_trace: bool
+    needs: Need | None = None
+    draw: Callable[..., Figure] | None = None
+    at_iteration: bool = False  # drawn at one iteration, which its file name gives
+    notes: Callable[[Sequence[Trace]], list[str]] | None = None  # what the figure leaves out, if anything
+
+
+@dataclass
+class FigureFiles:
+    """What `write_figures` wrote, and one line per figure it skipped or showed only in part."""
+
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def state_lightness(state: str, dark: bool = False) -> float:
+    """CIE L* of a cell state's colour in one theme."""
+    return lightness(colors(dark)[state])
+
+
+def grey_mark(state: str) -> tuple[str, bool]:
+    """What tells a state apart when colour is gone, besides its lightness: (hatch, outlined)."""
+    return HATCHES.get(state, ""), state in OUTLINED
+
+
+def _hatch_color(fill: str) -> str:
+    """Hatch lines that contrast with the fill they cross."""
+    return "#000000" if lightness(fill) > 50 else "#FFFFFF"
+
+
+def _state_patch(state: str, setting: Setting, **kwargs: object) -> Patch:
+    """A legend swatch of one state: its colour, hatch and outline."""
+    fill = setting.palette[state]
+    hatch, outlined = grey_mark(state)
+    return Patch(
+        facecolor=fill,
+        hatch=hatch or None,
+        hatchcolor=_hatch_color(fill),
+        edgecolor=setting.foreground if outlined else "none",
+        linewidth=setting.style.line_pt * 1.2 if outlined else 0,
+        **kwargs,
+    )
+
+
+def _mark_patches(patches: Sequence[Patch], states: Sequence[str], setting: Setting) -> None:
+    """Give bars or areas already coloured by state their hatch and outline."""
+    for patch, state in zip(patches, states, strict=True):
+        hatch, outlined = grey_mark(state)
+        if hatch:
+            patch.set_hatch(hatch)
+            patch.set_hatchcolor(_hatch_color(setting.palette[state]))
+        if outlined:
+            patch.set_edgecolor(setting.foreground)
+            patch.set_linewidth(setting.style.line_pt)
+
+
+def _new_figure(setting: Setting, height_in: float, title: str) -> Figure:
+    """A figure of the asked width, laid out so that nothing spills over its edges."""
+    fig = Figure(figsize=(setting.width_in, height_in), layout="constrained")
+    fig.get_layout_engine().set(w_pad=2 / 72, h_pad=2 / 72, wspace=0.04, hspace=0.04)
+    if setting.style.titles:
+        fig.suptitle(title)
+    return fig
+
+
+def _title_space(setting: Setting) -> float:
+    return 2.2 * setting.style.font_in if setting.style.titles else 0.0
+
+
+def _bare_grid_axes(ax: Axes, rows: int, cols: int) -> None:
+    """Axes that show a token grid: square cells, row 0 on top, no ticks."""
+    ax.set_xlim(-0.5, cols - 0.5)
+    ax.set_ylim(rows - 0.5, -0.5)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+def _cell_gap(ax_width_in: float, cols: int) -> float:
+    """Gap between cells as a fraction of a cell: about half a point, none when cells are tiny."""
+    cell_pt = 72 * ax_width_in / cols
+    return 0.0 if cell_pt < 3 else min(0.08, 0.5 / cell_pt)
+
+
+def _seams(gap: float) -> dict:
+    """Edges of abutting cells: none where a gap separates them; otherwise a hairline in each cell's own
+    colour, or PDF viewers show seams between them."""
+    return {"edgecolor": "none", "linewidth": 0} if gap else {"edgecolor": "face", "linewidth": 0.2}
+
+
+def _draw_states(ax: Axes, states: np.ndarray, now: np.ndarray, setting: Setting, gap: float) -> None:
+    """Grid cells in their state colours and hatches, the ones committed this iteration outlined."""
+    for state in STATES:
+        cells = np.argwhere(states == state)
+        if not len(cells):
+            continue
+        fill = setting.palette[state]
+        squares = [Rectangle((col - 0.5 + gap, row - 0.5 + gap), 1 - 2 * gap, 1 - 2 * gap) for row, col in cells]
+        hatch, _ = grey_mark(state)
+        ax.add_collection(
+            PatchCollection(squares, facecolor=fill, hatch=hatch or None, hatchcolor=_hatch_color(fill), **_seams(gap))
+        )
+    inset = max(gap, 0.06)
+    outlines = [
+        Rectangle((col - 0.5 + inset, row - 0.5 + inset), 1 - 2 * inset, 1 - 2 * inset) for row, col in np.argwhere(now)
+    ]
+    ax.add_collection(
+        PatchCollection(outlines, facecolor="none", edgecolor=setting.foreground, linewidth=1.2 * setting.style.line_pt)
+    )
+
+
+MAP_PANELS = (
+    ("iteration", "iteration that\ncommitted it"),
+    ("run_length", "tokens committed\ntogether"),
+    ("redraws", "times drafted\nbefore fixed"),
+)
+
+
+def acceptance_map(trace: Trace, setting: Setting) -> Figure:
+    """Per cell: the iteration that committed it, how many tokens that pass committed, and how often
+    it was drafted before being fixed; cells not committed yet take the 'pending' colour."""
+    g = trace.geometry
+    maps = acceptance_maps(trace)
+    f = setting.style.font_in
+    panel_in = (setting.width_in - 4 * f) / 3
+    height = panel_in * g.rows / g.cols + 6.2 * f + _title_space(setting)
+    fig = _new_figure(setting, height, f"{trace.method}: acceptance map")
+    axes = fig.subplots(1, 3)
+    colormap = mpl.colormaps["cividis"].with_extremes(bad=setting.palette["pending"])
+    gap = _cell_gap(panel_in, g.cols)
+    for ax, (kind, label) in zip(axes, MAP_PANELS, strict=True):
+        values = np.ma.masked_invalid(maps[kind])
+        mesh = ax.pcolormesh(
+            np.arange(g.cols + 1) - 0.5,
+            np.arange(g.rows + 1) - 0.5,
+            values,
+            cmap=colormap,
+            **(
+                {"edgecolor": BACKGROUND[setting.style.dark], "linewidth": 2 * gap * 72 * panel_in / g.cols}
+                if gap
+                else _seams(gap)
+            ),
+        )
+        _bare_grid_axes(ax, g.rows, g.cols)
+        bar = fig.colorbar(mesh, ax=ax, location="bottom", fraction=0.08, pad=0.03, aspect=12)
+        bar.solids.set_rasterized(False)  # matplotlib rasterizes colour bars of 50 levels or more, and
+        bar.solids.set_edgecolor("face")  # PDF viewers draw seams between their quads unless each is stroked
+        bar.outline.set_linewidth(setting.style.line_pt * 0.6)
+        bar.locator = MaxNLocator(nbins=3, integer=True)
+        bar.update_ticks()
+        bar.set_label(label, linespacing=1.0)
+    return fig
+
+
+def shown_iteration(trace: Trace, iteration: int | None) -> int:
+    """The iteration asked for or, by default, the one whose window shows the most kinds of draft fate
+    (then the most drafts, then the one nearest the middle of the run): the most of the legend at once."""
+    if iteration is not None:
+        return iteration
+    middle = len(trace.iterations) // 2
+
+    def interest(j: int) -> tuple:
+        it = trace.iterations[j]
+        return len(set(fates(it))), len(it.drafts), -abs(j - middle)
+
+    return max(range(len(trace.iterations)), key=interest)
+
+
+def window(trace: Trace, setting: Setting) -> Figure:
+    """The Jacobi window of one iteration on the grid (and the image so far, when a decoder is given),
+    and each draft's acceptance ratio as a bar in its fate's colour: a short bar shows a rejection."""
+    j = shown_iteration(trace, setting.iteration)
+    grid = grid_state(trace, j)
+    it = trace.iterations[j]
+    g = trace.geometry
+    f = setting.style.font_in
+    image = setting.decode(trace, tokens_through(trace, j)) if setting.decode else None
+    shown = set(grid.state.flat) | set(fates(it))
+    states = [state for state in STATES if state in shown]
+    grid_in = (0.49 * setting.width_in - 4 / 72) * g.rows / g.cols
+    heights = [grid_in]
+    if image is not None:
+        heights.append(math.ceil((len(states) + 1) / 2) * 1.45 * f)
+    if it.drafts:
+        heights.append(max(0.24 * setting.width_in, 5.5 * f) + 2.8 * f)  # bars, ticks and axis label
+    height = sum(heights) + len(heights) * 4 / 72 + _title_space(setting)
+    fig = _new_figure(setting, height, f"{trace.method}, {window_title(trace, j)}")
+    layout = fig.add_gridspec(len(heights), 2, height_ratios=heights)
+    if image is None:
+        grid_ax, legend_ax = fig.add_subplot(layout[0, 0]), fig.add_subplot(layout[0, 1])
+    else:
+        grid_ax, legend_ax = fig.add_subplot(layout[0, 1]), fig.add_subplot(layout[1, :])
+        _draw_image(fig.add_subplot(layout[0, 0]), image, g.rows, g.cols, setting)
+    _draw_states(grid_ax, grid.state, grid.now, setting, _cell_gap(grid_in * g.cols / g.rows, g.cols))
+    _bare_grid_axes(grid_ax, g.rows, g.cols)
+    handles = [_state_patch(state, setting, label=LABELS[state]) for state in states]
+    handles.append(
+        Patch(facecolor="none", edgecolor=setting.foreground, linewidth=1.2 * setting.style.line_pt, label=NOW_LABEL)
+    )
+    legend_ax.axis("off")
+    legend_ax.legend(
+        handles=handles,
+        loc="center left" if image is None else "center",
+        ncol=1 if image is None else 2,
+        borderaxespad=0,
+        labelspacing=0.35,
+    )
+    if it.drafts:
+        _draw_ratios(fig.add_subplot(layout[-1, :]), it, setting)
+    return fig
+
+
+def _draw_image(ax: Axes, image: Image.Image, rows: int, cols: int, setting: Setting) -> None:
+    """The image after the iteration, upscaled with nearest neighbour so each token stays a crisp block,
+    framed so that a white background does not melt into the page."""
+    scale = max(1, IMAGE_PIXELS // max(image.width, 1))
+    crisp = image.convert("RGB").resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST)
+    ax.imshow(np.asarray(crisp), interpolation="none", extent=(-0.5, cols - 0.5, rows - 0.5, -0.5))
+    _bare_grid_axes(ax, rows, cols)
+    for spine in ax.spines.values():
+        spine.set_visible(True)
+        spine.set_linewidth(0.6 * setting.style.line_pt)
+        spine.set_edgecolor(setting.palette["committed"])
+
+
+def _draw_ratios(ax: Axes, it: Iteration, setting: Setting) -> None:
+    """The window's acceptance ratios min(1, p_new/p_old), one bar per draft in its fate's colours, over
+    a strip of every draft's fate, so that a draft with ratio 0 still shows what became of it."""
+    draft_fates = fates(it)
+    fills = [setting.palette[state] for state in draft_fates]
+    offsets = np.arange(len(it.drafts))
+    bars = ax.bar(offsets, it.ratio, width=0.8, color=fills)
+    strip = ax.bar(offsets, STRIP_HEIGHT, bottom=-1.3 * STRIP_HEIGHT, width=0.8, color=fills)
+    for patches in (bars.patches, strip.patches):
+        _mark_patches(patches, draft_fates, setting)
+    ax.axhline(0, color=setting.foreground, linewidth=0.5 * setting.style.line_pt)
+    ax.set_xlim(-0.6, len(it.drafts) - 0.4)
+    ax.set_ylim(-1.4 * STRIP_HEIGHT, 1.05)
+    ax.set_yticks([0, 0.5, 1])
+    ax.spines["bottom"].set_visible(False)
+    ax.spines["left"].set_bounds(0, 1)
+    ax.tick_params(axis="x", length=0)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
+    ax.set_xlabel("offset in window")
+    ax.set_ylabel("acceptance\nratio", linespacing=1.0)
+
+
+def iterations(trace: Trace, setting: Setting) -> Figure:
+    """Per iteration: tokens committed and drafts accepted (how far each pass got), and drafts carried
+    into the next window against those of them whose token changed (what SCD reduces)."""
+    series = per_iteration(trace)
+    f = setting.style.font_in
+    x = np.arange(len(trace.iterations))
+    mean = len(trace.tokens) / max(len(trace.iterations), 1)
+    title = f"{trace.method}: {mean:.2f} tokens per iteration, {int(series['changed'].sum())} draft changes"
+    height = 0.56 * setting.width_in + 7.5 * f + _title_space(setting)
+    fig = _new_figure(setting, height, title)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    palette = setting.palette
+    step = {"step": "mid", "linewidth": 0}
+    top.fill_between(x, series["committed"], color=palette["committed"], label="tokens committed", **step)
+    accepted = top.fill_between(x, series["accepted"], color=palette["accepted"], label="drafts accepted", **step)
+    _mark_patches([accepted], ["accepted"], setting)
+    changed = bottom.fill_between(x, series["changed"], color=palette["redrawn"], label="drafts changed", **step)
+    _mark_patches([changed], ["redrawn"], setting)
+    bottom.step(x, series["carried"], where="mid", color=OKABE_ITO["blue"], label="drafts carried on")
+    top.set_ylabel("tokens")
+    bottom.set_ylabel("drafts")
+    bottom.set_xlabel("iteration")
+    for ax in (top, bottom):
+        ax.set_ylim(0, max(ax.get_ylim()[1], 1))  # an AR run drafts nothing: keep a scale of whole drafts
+        ax.set_xlim(-0.5, max(len(x), 1) - 0.5)
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+        ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncol=2, borderaxespad=0.1)
+    return fig
+
+
+@dataclass
+class ComparisonRow:
+    """One method (with its parameters where several runs of it differ) over the runs given."""
+
+    label: str
+    lossless: bool
+    nfe: list[float] = field(default_factory=list)
+    step_compression: list[float] = field(default_factory=list)
+    latency_speedup: list[float] = field(default_factory=list)
+
+
+def _run_key(trace: Trace) -> tuple:
+    """Runs that are comparable: same model, prompt, seed and sampling."""
+    return trace.model, trace.prompt, trace.seed, tuple(sorted(trace.sampling.model_dump().items()))
+
+
+def _method_labels(traces: Sequence[Trace]) -> list[str]:
+    """Each trace's method, with the parameters that differ between runs of that method, if any."""
+    params_of: dict[str, list[dict]] = {}
+    for trace in traces:
+        params_of.setdefault(trace.method, []).append(trace.params)
+    labels = []
+    for trace in traces:
+        seen = params_of[trace.method]
+        varying = sorted(key for key in trace.params if any(p.get(key) != trace.params[key] for p in seen))
+        extra = ", ".join(f"{key}={trace.params[key]}" for key in varying)
+        labels.append(f"{trace.method} ({extra})" if extra else trace.method)
+    return labels
+
+
+def comparison_rows(traces: Sequence[Trace]) -> tuple[list[ComparisonRow], list[str]]:
+    """NFE, step compression and latency speedup per method, each run paired with the AR run of the
+    same model, prompt, seed and sampling where one is given; and notes on runs that have none."""
+    ar_of = {}
+    for trace in traces:
+        if trace.method == "ar":
+            ar_of.setdefault(_run_key(trace), trace)
+    rows: dict[str, ComparisonRow] = {}
+    unpaired: dict[tuple, list[str]] = {}
+    for trace, label in sorted(zip(traces, _method_labels(traces), strict=True), key=lambda p: p[0].method != "ar"):
+        ar = ar_of.get(_run_key(trace))
+        numbers = summary(trace, ar)
+        row = rows.setdefault(label, ComparisonRow(label, trace.lossless))
+        row.nfe.append(float(trace.nfe))
+        row.step_compression.append(numbers["step_compression"])
+        if ar is None:
+            unpaired.setdefault((trace.prompt, trace.seed), []).append(label)
+        else:
+            row.latency_speedup.append(numbers["latency_speedup"])
+    if not any(row.latency_speedup for row in rows.values()):
+        return list(rows.values()), ["no AR trace given: the comparison shows NFE and step compression only"]
+    notes = [
+        f"no AR trace for prompt {prompt!r}, seed {seed}: latency of {', '.join(labels)} against AR not shown"
+        for (prompt, seed), labels in unpaired.items()
+    ]
+    return list(rows.values()), notes
+
+
+def comparison_notes(traces: Sequence[Trace]) -> list[str]:
+    """What the comparison cannot show for lack of AR traces."""
+    return comparison_rows(traces)[1]
+
+
+def _geometric_mean(values: Sequence[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
+
+
+def ratio_text(value: float) -> str:
+    """A ratio against AR as people say it: '2.91x', or '1.25x slower' below 1."""
+    return f"{value:.2f}x" if value >= 1 else f"{1 / value:.2f}x slower"
+
+
+def comparison(traces: Sequence[Trace], setting: Setting) -> Figure:
+    """NFE, step compression and latency against AR of every method given (bars: mean over the
+    prompt and seed runs, geometric for ratios; dots: each run); lossy methods hatched."""
+    rows, _ = comparison_rows(traces)
+    style, palette = setting.style, setting.palette
+    run_colours = [palette["committed"] if row.label == "ar" else palette["accepted"] for row in rows]
+    panels = [
+        ("nfe", "model passes\n(NFE)", run_colours),
+        ("step_compression", "step\ncompression", [OKABE_ITO["blue"]] * len(rows)),
+    ]
+    if any(row.latency_speedup for row in rows):
+        panels.append(("latency_speedup", "latency speedup\nover AR", [OKABE_ITO["orange"]] * len(rows)))
+    lossy = not all(row.lossless for row in rows)
+    height = len(rows) * max(1.7 * style.font_in, 0.16) + 5.5 * style.font_in + _title_space(setting)
+    fig = _new_figure(setting, height, "methods against AR" + (" (hatched: lossy)" if lossy else ""))
+    axes = fig.subplots(1, len(panels), sharey=True)
+    y = np.arange(len(rows))
+    several_runs = any(len(row.nfe) > 1 for row in rows)
+    for ax, (key, label, fills) in zip(axes, panels, strict=True):
+        values = [getattr(row, key) for row in rows]
+        means = [(float(np.mean(v)) if key == "nfe" else _geometric_mean(v)) if v else 0.0 for v in values]
+        bars = ax.barh(y, means, height=0.7, color=fills)
+        for k, (bar, row, fill) in enumerate(zip(bars.patches, rows, fills, strict=True)):
+            if not row.lossless:
+                bar.set_hatch("////")
+                bar.set_hatchcolor(_hatch_color(fill))
+            if several_runs:
+                ax.plot(values[k], [k] * len(values[k]), "o", color=setting.foreground, markersize=2 * style.line_pt)
+            text = (f"{means[k]:.0f}" if key == "nfe" else ratio_text(means[k])) if values[k] else "no AR"
+            end = max([means[k], *values[k]])  # right of the bar and of every dot
+            ax.annotate(text, (end, k), xytext=(3, 0), textcoords="offset points", va="center")
+        if key != "nfe":
+            ax.axvline(1.0, color=palette["committed"], linestyle="--", linewidth=style.line_pt)
+        ax.set_xlim(0, 1.6 * max((max(v) for v in values if v), default=1.0))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
+        ax.set_xlabel(label, linespacing=1.0)
+    axes[0].set_yticks(y, [row.label + ("" if row.lossless else " (lossy)") for row in rows])
+    axes[0].invert_yaxis()
+    axes[0].tick_params(axis="y", length=0)
+    return fig
+
+
+FIGURES = (
+    FigureKind("acceptance-map", "acceptance map", per_trace=True, draw=acceptance_map),
+    FigureKind("window", "window at an iteration", per_trace=True, draw=window, at_iteration=True),
+    FigureKind("iterations", "accepted length and drafts changed per iteration", per_trace=True, draw=iterations),
+    FigureKind(
+        "comparison",
+        "NFE, step compression and latency against AR",
+        per_trace=False,
+        draw=comparison,
+        notes=comparison_notes,
+    ),
+    FigureKind("depth-map", "draft-tree depth map", per_trace=True, needs=DRAFT_TREES),
+    FigureKind("tree-shapes", "per-tree (depth, top-k) maps", per_trace=True, needs=DRAFT_TREES),
+    FigureKind(
+        "token-acceptance", "per-token acceptance and log density ratio", per_trace=True, needs=CONTINUOUS_TOKENS
+    ),
+)
+
+
+def parse_formats(text: str) -> list[str]:
+    """'pdf,svg' as ['pdf', 'svg'], refusing unknown or no formats."""
+    formats = [part.strip().lower().lstrip(".") for part in text.split(",") if part.strip()]
+    unknown = [name for name in formats if name not in FORMATS]
+    if unknown or not formats:
+        raise FigureOptionError(f"unknown format {', '.join(unknown) or repr(text)}; choose from {', '.join(FORMATS)}")
+    return list(dict.fromkeys(formats))
+
+
+def check_options(
+    traces: Sequence[tuple[str, Trace]], style: str, width_in: float | None, iteration: int | None
+) -> Style:
+    """The style asked for, once the width and iteration are known to fit every trace."""
+    if style not in STYLES:
+        raise FigureOptionError(f"unknown style {style!r}; choose from {', '.join(STYLES)}")
+    low, high = WIDTH_RANGE_IN
+    if width_in is not None and not low <= width_in <= high:
+        raise FigureOptionError(f"width {width_in} in is out of range; give {low} to {high} inches")
+    if not traces:
+        raise FigureOptionError("no traces given")
+    for name, trace in traces:
+        if not trace.iterations:
+            raise FigureOptionError(f"{name} has no iterations to draw")
+        if iteration is not None and not 0 <= iteration < len(trace.iterations):
+            last = len(trace.iterations) - 1
+            raise FigureOptionError(f"iteration {iteration} is out of range for {name}: it has iterations 0 to {last}")
+    return STYLES[style]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "prompt"
+
+
+def file_stems(traces: Sequence[Trace]) -> list[str]:
+    """A file name stem per trace: its method, with the model, prompt and seed where those differ
+    between the traces given, and a counter where that still leaves two alike."""
+    parts = [[trace.method] for trace in traces]
+    for value in (lambda t: t.model, lambda t: _slug(t.prompt), lambda t: f"seed{t.seed}"):
+        if len({value(trace) for trace in traces}) > 1:
+            for part, trace in zip(parts, traces, strict=True):
+                part.append(value(trace))
+    stems, seen = [], {}
+    for part in parts:
+        stem = "-".join(part)
+        seen[stem] = seen.get(stem, 0) + 1
+        stems.append(stem if seen[stem] == 1 else f"{stem}-{seen[stem]}")
+    return stems
+
+
+def _save(fig: Figure, out: Path, stem: str, formats: Sequence[str], style: Style) -> list[Path]:
+    paths = []
+    for kind in formats:
+        path = out / f"{stem}.{kind}"
+        fig.savefig(path, format=kind, dpi=style.png_dpi, metadata=METADATA[kind])
+        paths.append(path)
+    return paths
+
+
+def write_figures(
+    traces: Sequence[tuple[str, Trace]],
+    out: Path,
+    formats: Sequence[str] = ("pdf",),
+    style: str = "paper",
+    width_in: float | None = None,
+    iteration: int | None = None,
+    decode: Decoder | None = None,
+) -> FigureFiles:
+    """Every figure of FIGURES that the (name, trace) pairs allow, one file per figure and format,
+    into the folder `out` (created if missing); a figure a trace lacks the records for is skipped with
+    a note naming the traces by their given names."""
+    chosen = check_options(traces, style, width_in, iteration)
+    out.mkdir(parents=True, exist_ok=True)
+    setting = Setting(chosen, width_in or chosen.width_in, iteration, decode)
+    runs = [trace for _, trace in traces]
+    stems = file_stems(runs)
+    result = FigureFiles()
+    with _DRAWING, mpl.rc_context(chosen.rc()):
+        for kind in FIGURES:
+            lacking = [name for name, trace in traces if kind.needs and not kind.needs.present(trace)]
+            if lacking:
+                result.notes.append(f"no {kind.needs.missing} in {', '.join(lacking)}: {kind.title} skipped")
+            if kind.draw is None:
+                continue
+            if kind.notes:
+                result.notes += kind.notes(runs)
+            if not kind.per_trace:
+                result.files += _save(kind.draw(runs, setting), out, kind.name, formats, chosen)
+                continue
+            for trace, stem in zip(runs, stems, strict=True):
+                if kind.needs and not kind.needs.present(trace):
+                    continue
+                suffix = f"-{shown_iteration(trace, iteration)}" if kind.at_iteration else ""
+                result.files += _save(kind.draw(trace, setting), out, f"{stem}-{kind.name}{suffix}", formats, chosen)
+    return result
