@@ -15,7 +15,7 @@ from PIL import Image
 from specviz.bench import PromptFileError, bench, read_prompts
 from specviz.decoding import METHODS, PromptError, UnknownMethod, run
 from specviz.decoding.params import all_fields
-from specviz.lossless import check_lossless
+from specviz.lossless import TOYS, check_lossless
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import UnsupportedMethod
 from specviz.models.registry import MODELS, load_model
@@ -163,10 +163,12 @@ def command_bench(args: argparse.Namespace) -> int:
 
 def command_check_lossless(args: argparse.Namespace) -> int:
     _check_method(args.method)
-    if args.samples < 100:
+    if args.samples < 100 and not args.greedy:
         raise UsageError("--samples must be at least 100 (20000 or more for a meaningful test)")
-    report = check_lossless(args.method, args.samples, args.seed, _method_params(args, args.method))
-    label = "lossless" if METHODS[args.method].lossless else "lossy (the deviation below is what it costs)"
+    params = _method_params(args, args.method)
+    report = check_lossless(args.method, args.samples, args.seed, params, toy=args.toy, greedy=args.greedy)
+    claimed = METHODS[args.method].is_lossless(args.greedy)
+    label = "lossless" if claimed else "lossy (the deviation below is what it costs)"
     print(f"{args.method}: claimed {label}")
     print(report.summary())
     return 0 if report.matches else 1
@@ -247,6 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument("--method", required=True, help=f"one of: {', '.join(METHODS)}")
     check_parser.add_argument("--samples", type=int, default=20_000, help="sampled images (default 20000)")
     check_parser.add_argument("--seed", type=int, default=0)
+    check_parser.add_argument(
+        "--toy",
+        choices=list(TOYS),
+        default="short",
+        help="short: 2x2 grid, 4 tokens; long: 2x3 grid whose drafts are carried through several passes; "
+        "llama: a real transformers model and cache at temperature 0.8, top-p 0.9 (default short)",
+    )
+    check_parser.add_argument(
+        "--greedy", action="store_true", help="temperature 0: one outcome, which every sample must equal"
+    )
     _method_arguments(check_parser)
     check_parser.set_defaults(handler=command_check_lossless)
 

@@ -1,40 +1,82 @@
 """Lossless means lossless: empirical joint distributions against exact AR probabilities.
 
-Each lossless method draws 20,000 images from the enumerable toy model (guidance 2, top-k 3 of 4
-tokens, a forced end-of-row slot after each row) and must pass a chi-square test at significance
-1e-3. The suite shows the test has power: deliberately broken variants fail it.
+Each lossless method samples many images from an enumerable toy (specviz.lossless: `short`,
+`long` whose drafts are carried through two or more passes, and `llama`, a real transformers model
+with a real DynamicCache at temperature 0.8, top-p 0.9, guidance 2) and must pass a chi-square test
+at significance 1e-3. Each method's main configuration draws 20,000 images; variants (other
+initialisations, windows, options) 6,000, the long toy 8,000 and the slower llama toy 3,000. The
+suite shows the test has power: deliberately broken variants fail it at 20,000 samples.
 """
 
 import pytest
 import torch
 
-from specviz.decoding import scd_mc
-from specviz.decoding.params import INIT_STRATEGIES
-from specviz.lossless import SIGNIFICANCE, check_lossless
+from specviz.decoding import run, scd_mc
+from specviz.lossless import SIGNIFICANCE, TOYS, check_lossless
 
-SAMPLES = 20_000
+MAIN, VARIANT, LONG, LLAMA = 20_000, 6_000, 8_000, 3_000
+
+
+def _passes(method, samples, toy="short", params=None, greedy=False):
+    report = check_lossless(method, samples=samples, seed=11, params=params, toy=toy, greedy=greedy)
+    print(report.summary())
+    assert report.outside_support == 0
+    assert report.p_value >= SIGNIFICANCE, report.summary()
+    return report
+
+
+@pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gs"])
+def test_lossless_methods_match_exact_ar(method):
+    assert _passes(method, MAIN).tv_distance < 0.03
 
 
 @pytest.mark.parametrize(
     "method, params",
     [("ar", None)]
-    + [("sjd", {"init": init}) for init in INIT_STRATEGIES]
-    + [("scd-mc", {"init": "random"}), ("scd-mc", {"init": "sample-above"})]
-    + [("scd-gs", {"init": "random"}), ("scd-gs", {"init": "sample-left"})]
-    + [("sjd", {"window": 1}), ("scd-mc", {"window": 8})],
+    + [("sjd", {"init": init}) for init in ("repeat-left", "repeat-above", "sample-left", "sample-above")]
+    + [("scd-mc", {"init": "sample-above"}), ("scd-gs", {"init": "sample-left"})]
+    + [("sjd", {"window": 1}), ("scd-mc", {"window": 8}), ("sjd", {"refine": False})]
+    + [("scd-mc", {"init": "repeat-left", "reset_in_stall": 1}), ("sjd", {"init": "sample-left", "reset_in_stall": 1})],
 )
-def test_lossless_methods_match_exact_ar(method, params):
-    report = check_lossless(method, samples=SAMPLES, seed=11, params=params)
-    print(report.summary())
-    assert report.outside_support == 0
-    assert report.p_value >= SIGNIFICANCE, report.summary()
-    assert report.tv_distance < 0.03
+def test_variants_match_exact_ar(method, params):
+    _passes(method, VARIANT, params=params)
+
+
+def test_the_long_toy_carries_drafts_through_two_or_more_passes():
+    model = TOYS["long"]()
+    verified_thrice = 0
+    for seed in range(100):
+        trace = run(model, "sjd", "toy", seed, model.default_sampling, {"window": model.window})
+        verified: dict[int, int] = {}
+        for it in trace.iterations:
+            for offset in range(len(it.drafts)):
+                if trace.geometry.layout[it.start + offset] == -1:  # image cells, not forced slots
+                    verified[it.start + offset] = verified.get(it.start + offset, 0) + 1
+        verified_thrice += sum(count >= 3 for count in verified.values())
+    assert verified_thrice >= 30
+
+
+@pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gs"])
+def test_drafts_carried_through_several_passes_stay_exact(method):
+    _passes(method, LONG, toy="long")
+
+
+@pytest.mark.parametrize("method", ["sjd", "scd-mc"])
+def test_exact_through_a_real_transformers_cache(method):
+    """Cache cropping after every rejection, under temperature, top-p and guidance, in real attention."""
+    _passes(method, LLAMA, toy="llama")
+
+
+@pytest.mark.parametrize("method", ["ar", "jacobi", "sjd", "scd-mc", "scd-gs"])
+def test_greedy_has_one_outcome_and_every_method_finds_it(method):
+    report = _passes(method, 50, toy="llama", greedy=True)
+    assert report.dof == 0 and report.tv_distance == 0.0
 
 
 def test_sjd_without_the_residual_is_caught(monkeypatch):
     """Resampling a rejected position from p_new instead of norm(max(0, p_new - p_old)) biases it."""
     monkeypatch.setattr("specviz.decoding.sampling.residual", lambda p_new, p_old: p_new)
-    report = check_lossless("sjd", samples=SAMPLES, seed=11)
+    report = check_lossless("sjd", samples=MAIN, seed=11)
     print(report.summary())
     assert not report.matches and report.p_value < 1e-6
 
@@ -49,12 +91,20 @@ def test_maximal_coupling_that_carries_p_old_forward_is_caught(monkeypatch):
         return verdict
 
     monkeypatch.setattr(scd_mc, "verify", carry_p_old)
-    report = check_lossless("scd-mc", samples=SAMPLES, seed=11)
+    report = check_lossless("scd-mc", samples=MAIN, seed=11)
     print(report.summary())
     assert not report.matches and report.p_value < 1e-6
 
 
+def test_a_greedy_run_that_strays_is_caught(monkeypatch):
+    """Under greedy decoding one wrong token anywhere is a sample outside the single outcome."""
+    monkeypatch.setattr("specviz.decoding.sampling.residual", lambda p_new, p_old: p_old)  # keeps the draft
+    report = check_lossless("sjd", samples=50, seed=11, toy="llama", greedy=True)
+    print(report.summary())
+    assert not report.matches and report.outside_support > 0
+
+
 def test_jacobi_under_sampling_deviates_and_the_deviation_is_reported():
-    report = check_lossless("jacobi", samples=SAMPLES, seed=11)
+    report = check_lossless("jacobi", samples=VARIANT, seed=11)
     print(report.summary())
     assert not report.matches and report.tv_distance > 0.01

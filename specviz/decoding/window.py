@@ -275,40 +275,39 @@ class JacobiWindow:
         return record
 
     def _to_host(self, step: WindowPass, verdict: Verdict) -> dict:
-        """Every number of the record, and the accepted count, in one copy to the host."""
+        """Every number of the record, and the accepted count, in one copy to the host: the integers and
+        the per-draft rows of floats are each stacked, then packed as float64 (exact for token ids)."""
         w, drafts, p, q = step.w, step.drafts, step.p, step.q
         row = verdict.accepted.clamp(max=w - 1)
         rival = torch.maximum(p[row], q[row])  # the rejected position's most likely tokens under either
         top = rival.topk(min(RESIDUAL_TOP, self.vocab)).indices
         kept = torch.cat([drafts.new_zeros(1), (verdict.next_drafts[: w - 1] == drafts[1:]).long()])
-        parts = {
-            "accepted": verdict.accepted.view(1),
-            "head": verdict.head,
-            "drafts": drafts,
+        integers = {"accepted": verdict.accepted.view(1), "head": verdict.head, "drafts": drafts, "kept": kept}
+        integers["top"] = top
+        if verdict.group_size is not None:
+            integers["group_size"] = verdict.group_size
+        rows = {
             "p_old": step.p_old,
             "p_new": step.p_new,
             "ratio": verdict.ratio.clamp(0, 1),
             "tv": (0.5 * (p[:w] - q).abs().sum(1)).clamp(0, 1),
-            "kept": kept,
-            "top": top,
-            "top_old": q[row, top],
-            "top_new": p[row, top],
             "uniform": verdict.uniform,
-            "group_size": verdict.group_size,
             "group_mass_new": verdict.group_mass_new,
             "group_mass_old": verdict.group_mass_old,
         }
-        parts = {name: tensor for name, tensor in parts.items() if tensor is not None}
-        packed = torch.cat([tensor.to(torch.float64).flatten() for tensor in parts.values()])
+        rows = {name: values for name, values in rows.items() if values is not None}
+        floats = torch.cat([torch.stack(list(rows.values())).flatten(), q[row, top], p[row, top]])
+        packed = torch.cat([torch.cat(list(integers.values())).to(torch.float64), floats.to(torch.float64)])
         self._verified = self.clock.mark()
         values = packed.tolist()  # the pass's one host sync
         host, at = {}, 0
-        for name, tensor in parts.items():
-            host[name], at = values[at : at + tensor.numel()], at + tensor.numel()
-        integer = ("accepted", "head", "drafts", "kept", "top", "group_size")
-        host.update({name: [int(v) for v in host[name]] for name in integer if name in host})
+        for name, tensor in integers.items():
+            host[name], at = [int(v) for v in values[at : at + tensor.numel()]], at + tensor.numel()
+        for name in rows:
+            host[name], at = values[at : at + w], at + w
+        top_old, top_new = values[at : at + len(top)], values[at + len(top) :]
         host["accepted"], host["head"] = host["accepted"][0], host["head"][0]
-        host["residual_top"] = list(zip(host["top"], host["top_old"], host["top_new"], strict=True))
+        host["residual_top"] = list(zip(host["top"], top_old, top_new, strict=True))
         return host
 
     def _remember(self, first_position: int, probs: torch.Tensor) -> None:
