@@ -3,7 +3,7 @@
 import os
 
 from specviz.threads import configure_threads
-from specviz.ui import CSS, build
+from specviz.ui import CSS, MAX_UPLOAD_BYTES, build
 
 configure_threads()  # every core but one, or SPECVIZ_THREADS: a busy machine must not stall the runs
 demo = build()
@@ -16,4 +16,5 @@ if __name__ == "__main__":
         server_port=int(os.environ.get("PORT", "7860")),
         css=CSS,
         show_error=False,
+        max_file_size=MAX_UPLOAD_BYTES,
     )

@@ -6,15 +6,21 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 from PIL import Image
 
 from specviz.bench import PromptFileError, bench, read_prompts
-from specviz.decoding import METHODS, PromptError, UnknownMethod, run
+from specviz.decoding import METHODS, UnknownMethod, run
 from specviz.decoding.params import all_fields
+from specviz.inputs import (
+    InputError,
+    check_device,
+    check_output_file,
+    check_output_folder,
+    check_prompt,
+    check_seed,
+)
 from specviz.lossless import TOYS, check_lossless
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import UnsupportedMethod
@@ -34,6 +40,9 @@ from specviz.viz.publication import (
 )
 
 IMAGE_SCALE = 8  # saved PNGs are upscaled with nearest neighbour so each token cell stays crisp
+RUN_FILES = ("image.png", "trace.json")
+MAX_BENCH_SEEDS = 1000
+MAX_LOSSLESS_SAMPLES = 10_000_000
 
 
 class UsageError(Exception):
@@ -107,25 +116,31 @@ def _check_method(name: str) -> None:
         raise UnknownMethod(f"unknown method {name!r}; available: {', '.join(METHODS)}")
 
 
-def _writable_folder(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as error:
-        raise UsageError(f"cannot write to {path}: {error.strerror or error}") from None
-    return path
+def _check_run_inputs(args: argparse.Namespace, methods: list[str]) -> None:
+    """Everything that can be checked before a model loads: methods and their parameters, the seed,
+    the device and the sampling values given (the model's own defaults are valid)."""
+    for name in methods:
+        _check_method(name)
+        METHODS[name].resolve(_method_params(args, name))
+    check_device(args.device)
+    _sampling(args, SamplingSettings())
 
 
 def command_run(args: argparse.Namespace) -> int:
-    _check_method(args.method)
-    out = _writable_folder(Path(args.out))
+    out = check_output_folder(args.out, RUN_FILES)
+    _check_run_inputs(args, [args.method])
+    METHODS[args.method].resolve(_method_params(args))  # a parameter this method does not take is an error
+    prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
     model = load_model(args.model, args.weights, args.device)
     sampling = _sampling(args, model.default_sampling)
-    trace = run(model, args.method, args.prompt, args.seed, sampling, _method_params(args))
+    trace = run(model, args.method, prompt, seed, sampling, _method_params(args))
     image = model.decode(trace.tokens)
-    image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")
-    trace.save(out / "trace.json")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")
+        trace.save(out / "trace.json")
+    except OSError as error:  # the folder was checked before the run; something changed it since
+        raise UsageError(f"cannot write to {out}: {error.strerror or error}") from None
     lossy = "" if trace.lossless else " (lossy)"
     print(
         f"model={trace.model} method={trace.method}{lossy} nfe={trace.nfe} tokens={len(trace.tokens)} "
@@ -144,11 +159,13 @@ def command_models(args: argparse.Namespace) -> int:
 
 def command_bench(args: argparse.Namespace) -> int:
     methods = [name.strip() for name in args.methods.split(",") if name.strip()]
-    for name in methods:
-        _check_method(name)
-    prompts = read_prompts(args.prompts)
-    if args.seeds < 1:
-        raise UsageError("--seeds must be at least 1")
+    if not methods:
+        raise UsageError("--methods names no method; for example --methods sjd,scd-mc")
+    json_path = check_output_file(args.json) if args.json else None
+    _check_run_inputs(args, methods)
+    if not 1 <= args.seeds <= MAX_BENCH_SEEDS:
+        raise UsageError(f"--seeds must be from 1 to {MAX_BENCH_SEEDS}")
+    prompts = [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
     model = load_model(args.model, args.weights, args.device)
     params = {name: _method_params(args, name) for name in methods}
     sampling = _sampling(args, model.default_sampling)
@@ -156,15 +173,16 @@ def command_bench(args: argparse.Namespace) -> int:
         model, methods, prompts, range(args.seeds), sampling, params, compare_generate=not args.skip_generate
     )
     print(report.markdown())
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     return 0
 
 
 def command_check_lossless(args: argparse.Namespace) -> int:
     _check_method(args.method)
-    if args.samples < 100 and not args.greedy:
-        raise UsageError("--samples must be at least 100 (20000 or more for a meaningful test)")
+    check_seed(args.seed)
+    if not (1 if args.greedy else 100) <= args.samples <= MAX_LOSSLESS_SAMPLES:
+        raise UsageError(f"--samples must be from 100 (20000 or more for a meaningful test) to {MAX_LOSSLESS_SAMPLES}")
     params = _method_params(args, args.method)
     report = check_lossless(args.method, args.samples, args.seed, params, toy=args.toy, greedy=args.greedy)
     claimed = METHODS[args.method].is_lossless(args.greedy)
@@ -196,7 +214,8 @@ def command_figures(args: argparse.Namespace) -> int:
         check_options(traces, args.style, args.width_in, args.iteration)
     except FigureOptionError as error:
         raise UsageError(str(error)) from None
-    out = _writable_folder(Path(args.out))
+    out = check_output_folder(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     decode = _image_decoder([trace for _, trace in traces]) if args.image else None
     made = write_figures(traces, out, formats, args.style, args.width_in, args.iteration, decode)
     for path in made.files:
@@ -206,8 +225,15 @@ def command_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument gets one line (the message and where to look), not the whole usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog.removeprefix('python -m ')}: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m specviz", description="Speculative and Jacobi decoding for AR image generation, made visible."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -306,8 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except (
         UsageError,
+        InputError,
         ThreadSettingError,
-        PromptError,
         PromptFileError,
         SettingsError,
         UnknownModel,

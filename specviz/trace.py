@@ -8,13 +8,20 @@ kept, never full distributions, so a trace of a 256-token image is a few tens of
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 TRACE_VERSION = 2
-MAX_TRACE_BYTES = 64 * 1024 * 1024
+# the largest trace a real run writes is a few MB (Emu3 at 720p, 8,190 positions, W = 128: about 6 MB);
+# parsing is bounded by this, and memory with it
+MAX_TRACE_BYTES = 32 * 1024 * 1024
+# numbers and object members a trace may hold; a W = 128 run of Emu3 at 720p records about a million
+MAX_JSON_VALUES = 4_000_000
+MAX_PARAMETERS = 64
+MAX_SEED = 2**63 - 1
 MAX_POSITIONS = 65536  # longest generated sequence a trace may describe
 MAX_DRAFTS = 1024  # drafts one iteration may verify
 RESIDUAL_ENTRIES = 16  # tokens recorded at a rejected position
@@ -153,23 +160,30 @@ class Trace(_Strict):
     method: Annotated[str, Field(max_length=100)]
     lossless: bool
     prompt: Annotated[str, Field(max_length=10_000)]
-    seed: int
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)]
     sampling: TraceSampling
-    params: dict[str, int | float | str | bool | None] = {}
+    params: Annotated[
+        dict[Annotated[str, Field(max_length=64)], int | float | Annotated[str, Field(max_length=200)] | bool | None],
+        Field(max_length=MAX_PARAMETERS),
+    ] = {}
     geometry: TraceGeometry
-    tokens: Annotated[list[Count], Field(max_length=MAX_POSITIONS)]
+    tokens: Annotated[list[Count], Field(min_length=1, max_length=MAX_POSITIONS)]
     nfe: Count
     seconds: Annotated[float, Field(ge=0.0)]
     prefill_ms: Annotated[float, Field(ge=0.0)] = 0.0
-    iterations: Annotated[list[Iteration], Field(max_length=MAX_POSITIONS)]
+    iterations: Annotated[list[Iteration], Field(min_length=1, max_length=MAX_POSITIONS)]
 
     @model_validator(mode="after")
     def _consistent(self) -> Trace:
         g = self.geometry
         if len(self.tokens) > len(g.layout):
             raise ValueError(f"{len(self.tokens)} tokens for a sequence of {len(g.layout)} positions")
-        if any(t >= g.vocab_size for t in self.tokens):
-            raise ValueError(f"tokens must be below vocab_size {g.vocab_size}")
+        layout_tokens = [entry for entry in g.layout if entry != -1]
+        image_vocab = min(layout_tokens) if layout_tokens else g.vocab_size
+        for position, (token, entry) in enumerate(zip(self.tokens, g.layout, strict=False)):
+            if (entry == -1 and token >= image_vocab) or (entry != -1 and token != entry):
+                expected = f"an image token below {image_vocab}" if entry == -1 else f"the layout token {entry}"
+                raise ValueError(f"token {token} at position {position} must be {expected}")
         position = 0
         for index, it in enumerate(self.iterations):
             if it.start != position:
@@ -193,13 +207,15 @@ class Trace(_Strict):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Trace:
-        """Parse and validate; a version 1 trace is converted to version 2 on the way."""
+        """Parse and validate; a version 1 trace is converted to version 2 on the way.
+
+        The parser counts numbers and object members as it goes and stops at MAX_JSON_VALUES, so a file
+        of one enormous list (which pydantic would build whole before checking its length) costs memory
+        in proportion to the bound, not to the file.
+        """
         if len(text) > MAX_TRACE_BYTES:
             raise TraceError(f"trace is {len(text)} bytes; the limit is {MAX_TRACE_BYTES}")
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError) as error:
-            raise TraceError(f"invalid trace: not valid JSON ({error})") from None
+        data = _bounded_json(text)
         if isinstance(data, dict) and data.get("version") == 1:
             data = _upgrade_from_version_1(data)
         try:
@@ -209,14 +225,52 @@ class Trace(_Strict):
 
     @classmethod
     def load(cls, path: str | Path) -> Trace:
+        """A trace from a regular file (not a folder, device or pipe), reading at most the size limit."""
         path = Path(path)
         try:
-            size = path.stat().st_size
-            if size > MAX_TRACE_BYTES:
-                raise TraceError(f"{path} is {size} bytes; the limit is {MAX_TRACE_BYTES}")
-            return cls.from_json(path.read_bytes())
+            if not stat.S_ISREG(path.stat().st_mode):
+                raise TraceError(f"{path} is not a regular file")
+            with open(path, "rb") as file:
+                data = file.read(MAX_TRACE_BYTES + 1)
         except OSError as error:
             raise TraceError(f"cannot read trace {path}: {error.strerror or error}") from None
+        if len(data) > MAX_TRACE_BYTES:
+            raise TraceError(f"{path} is larger than {MAX_TRACE_BYTES} bytes, the limit for a trace")
+        return cls.from_json(data)
+
+
+def _bounded_json(text: str | bytes) -> object:
+    """json.loads that gives up, with a TraceError, after MAX_JSON_VALUES numbers and object members."""
+    count = 0
+
+    def counted(convert):
+        def parse(value):
+            nonlocal count
+            count += 1
+            if count > MAX_JSON_VALUES:
+                raise TraceError(f"invalid trace: more than {MAX_JSON_VALUES} values; no run records that many")
+            return convert(value)
+
+        return parse
+
+    def members(pairs: list) -> dict:
+        nonlocal count
+        count += len(pairs)
+        if count > MAX_JSON_VALUES:
+            raise TraceError(f"invalid trace: more than {MAX_JSON_VALUES} values; no run records that many")
+        return dict(pairs)
+
+    def constant(name: str):
+        raise TraceError(f"invalid trace: {name} is not a number a trace may hold")
+
+    try:
+        return json.loads(
+            text, parse_int=counted(int), parse_float=counted(float), parse_constant=constant, object_pairs_hook=members
+        )
+    except (ValueError, RecursionError) as error:
+        if isinstance(error, TraceError):
+            raise
+        raise TraceError(f"invalid trace: not valid JSON ({error})") from None
 
 
 def _upgrade_from_version_1(data: dict) -> dict:
@@ -249,7 +303,9 @@ def _describe(error: ValidationError) -> str:
     problems = []
     for item in error.errors()[:3]:
         where = ".".join(str(part) for part in item["loc"]) or "file"
-        if item["type"] == "literal_error" and item["loc"] == ("version",):
+        if item["type"] == "json_invalid":
+            problems.append(f"not valid JSON ({item['msg']})")
+        elif item["type"] == "literal_error" and item["loc"] == ("version",):
             problems.append(
                 f"unsupported trace version {item.get('input')!r}; this specviz reads version {TRACE_VERSION}"
             )

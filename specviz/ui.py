@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -22,13 +24,15 @@ import torch
 from PIL import Image
 
 from specviz import viz
-from specviz.decoding import METHODS, PromptError, RunStream, UnknownMethod, run
+from specviz.decoding import METHODS, RunStream, UnknownMethod, run
 from specviz.decoding.params import all_fields
+from specviz.inputs import InputError, check_seed
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import ImageModel, UnsupportedMethod
 from specviz.models.registry import MODELS, load_model
 from specviz.models.settings import SamplingSettings, SettingsError
-from specviz.trace import Trace, TraceError
+from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError
+from specviz.viz.frames import ExportError
 from specviz.viz.publication import FORMATS, write_figures
 
 log = logging.getLogger("specviz.ui")
@@ -37,8 +41,13 @@ DISPLAY_SIZE = 384  # pixels of the displayed images; token cells stay crisp (ne
 FRAME_INTERVAL = 0.1  # seconds between streamed UI updates during a race
 PLAY_INTERVAL = 0.4  # seconds per iteration when playing back
 EXAMPLES = ["red apple", "grinning face", "cat face", "rocket", "four leaf clover", "a smiling sun", "blue car"]
+MAX_UPLOAD_BYTES = MAX_TRACE_BYTES  # launch(max_file_size=...): a trace is the only upload
+EXPORT_ROOT = Path(tempfile.gettempdir()) / "specviz-exports"
+EXPORT_MAX_AGE_SECONDS = 3600
+MODELS_ENV_VAR = "SPECVIZ_MODELS"
 USER_ERRORS = (
-    PromptError,
+    InputError,
+    ExportError,
     SettingsError,
     UnknownMethod,
     UnknownModel,
@@ -94,9 +103,31 @@ def on_compute_thread(fn: Callable, *args):
     return executor.submit(fn, *args).result()
 
 
-@functools.cache
+def offered_models() -> list[str]:
+    """The models this app lets its visitors run: SPECVIZ_MODELS (comma-separated), else on a Hugging Face
+    Space only the embedded model (an anonymous visitor must not make the server download and hold
+    gigabytes of weights), else every registered model."""
+    named = os.environ.get(MODELS_ENV_VAR)
+    if named is not None:
+        names = [name.strip() for name in named.split(",") if name.strip()]
+        unknown = [name for name in names if name not in MODELS]
+        if unknown or not names:
+            raise UnknownModel(f"{MODELS_ENV_VAR} names unknown models {unknown}; registered: {', '.join(MODELS)}")
+        return names
+    if os.environ.get("SPACE_ID"):
+        return ["tiny"]
+    return list(MODELS)
+
+
 def get_model(name: str) -> ImageModel:
-    """Load a registered model once per process; every session shares it (read-only)."""
+    """Load an offered model once per process; every session shares it (read-only)."""
+    if name not in offered_models():
+        raise UnknownModel(f"model {name!r} is not offered here; choose one of {', '.join(offered_models())}")
+    return _load_once(name)
+
+
+@functools.cache
+def _load_once(name: str) -> ImageModel:
     device = "cuda" if torch.cuda.is_available() and name != "tiny" else "cpu"
     return on_compute_thread(functools.partial(load_model, name, device=device))
 
@@ -106,9 +137,11 @@ def user_errors(fn: Callable) -> Callable:
 
     def report(error: Exception) -> gr.Error:
         if isinstance(error, torch.OutOfMemoryError):
-            return gr.Error("Out of memory: try a smaller window, a smaller model, or the CPU.")
+            log.warning("out of memory in %s", fn.__name__)
+            return gr.Error("Out of memory: try a smaller window, a smaller model, or the CPU.", print_exception=False)
         if isinstance(error, USER_ERRORS):
-            return gr.Error(str(error))
+            log.warning("refused in %s: %s", fn.__name__, error)  # one line; the user sees the message
+            return gr.Error(str(error), print_exception=False)
         log.exception("unexpected error")
         return gr.Error(f"Something went wrong ({type(error).__name__}); the details are in the server log.")
 
@@ -133,6 +166,26 @@ def user_errors(fn: Callable) -> Callable:
     return call
 
 
+def quiet_checks(component: gr.components.Component) -> gr.components.Component:
+    """Make a component's own input checks (a value out of the slider's range, a string for a number)
+    reach the user as a message, and the server log as one line instead of Gradio's stack trace."""
+    check = component.preprocess
+
+    def preprocess(payload):
+        try:
+            whole = getattr(component, "precision", None) == 0
+            if whole and isinstance(payload, float) and math.isfinite(payload) and not payload.is_integer():
+                raise ValueError(f"{payload} is not a whole number")  # Gradio would round it silently
+            return check(payload)
+        except Exception as error:
+            message = getattr(error, "message", None) or str(error)
+            log.warning("refused input to %s: %s", component.label, message)
+            raise gr.Error(f"{component.label}: {message}", print_exception=False) from None
+
+    component.preprocess = preprocess
+    return component
+
+
 def _is_generator(fn: Callable) -> bool:
     import inspect
 
@@ -150,16 +203,24 @@ def method_label(name: str) -> str:
 
 def model_choices() -> list[tuple[str, str]]:
     choices = []
-    for entry in MODELS.values():
+    for entry in (MODELS[name] for name in offered_models()):
         reason = entry.offline()
         choices.append((entry.name if reason is None else f"{entry.name} (weights needed)", entry.name))
     return choices
 
 
-def sampling_from(temperature: float, top_k: float, top_p: float, guidance: float) -> SamplingSettings:
-    """UI values to settings; top-k 0 in the UI means no top-k."""
-    top_k = int(top_k) if top_k else None
-    return SamplingSettings(temperature=float(temperature), top_k=top_k, top_p=float(top_p), guidance_scale=guidance)
+def sampling_from(temperature: float, top_k: float | None, top_p: float, guidance: float) -> SamplingSettings:
+    """UI values to settings; top-k 0 (or empty) in the UI means no top-k. SamplingSettings checks the rest."""
+    if top_k in (None, 0):
+        top_k = None
+    elif isinstance(top_k, float) and top_k.is_integer():
+        top_k = int(top_k)
+    return SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, guidance_scale=guidance)
+
+
+def seed_from(value: float | None) -> int:
+    """The UI's seed: an emptied box means 0; anything else must be an integer from 0 to 2**63 - 1."""
+    return check_seed(0 if value is None else value)
 
 
 METHOD_FIELDS = all_fields([method.parameters for method in METHODS.values()])
@@ -217,14 +278,29 @@ def picture(model: ImageModel, tokens: list[int], description: str) -> Image.Ima
 
 
 def decoder_for(trace: Trace) -> ImageModel | None:
-    """The model that can turn this trace's tokens into pixels here, if it is loadable."""
+    """The model that can turn this trace's tokens into pixels here: offered, loadable, and with the
+    trace's own grid, vocabulary and layout (a trace is checked against the model, not trusted)."""
     entry = MODELS.get(trace.model)
-    if entry is None or entry.offline() is not None:
+    if entry is None or trace.model not in offered_models() or entry.offline() is not None:
         return None
     try:
-        return get_model(trace.model)
+        model = get_model(trace.model)
     except ModelUnavailable:
         return None
+    g, m = trace.geometry, model.geometry
+    same = (g.rows, g.cols, g.vocab_size, tuple(g.layout)) == (m.rows, m.cols, m.vocab_size, m.layout)
+    return model if same else None
+
+
+def export_folder() -> Path:
+    """A new folder for one export; folders older than an hour are removed first, so a long-running
+    server does not fill its disk."""
+    EXPORT_ROOT.mkdir(exist_ok=True)
+    cutoff = time.time() - EXPORT_MAX_AGE_SECONDS
+    for old in EXPORT_ROOT.iterdir():
+        if old.is_dir() and old.stat().st_mtime < cutoff:
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix="export-", dir=EXPORT_ROOT))
 
 
 def counter(method: str, nfe: int, tokens: int, total: int, seconds: float) -> str:
@@ -313,7 +389,8 @@ def build() -> gr.Blocks:
     on_compute_thread(shared_text_encoder)
     method_names = [name for name in METHODS if name != "ar"]
 
-    with gr.Blocks(title="specviz: speculative and Jacobi decoding, visible") as demo:
+    # Gradio removes the files it cached for the browser (images, uploads) after an hour
+    with gr.Blocks(title="specviz: speculative and Jacobi decoding, visible", delete_cache=(3600, 3600)) as demo:
         runs = gr.State({})
         gr.Markdown(
             "# specviz\nSpeculative and Jacobi decoding for autoregressive image generation, made visible. "
@@ -415,8 +492,9 @@ def build() -> gr.Blocks:
             chosen = get_model(model_name)
             sampling = sampling_from(temp, tk, tp, guide)
             params = params_from(name, *controls)
-            contender = on_compute_thread(RunStream, chosen, name, text, int(seed_value or 0), sampling, params)
-            baseline = on_compute_thread(RunStream, chosen, "ar", text, int(seed_value or 0), sampling)
+            seed_number = seed_from(seed_value)
+            contender = on_compute_thread(RunStream, chosen, name, text, seed_number, sampling, params)
+            baseline = on_compute_thread(RunStream, chosen, "ar", text, seed_number, sampling)
             finished = {contender: False, baseline: False}
             shown: dict[RunStream, int] = {}
 
@@ -516,11 +594,12 @@ def build() -> gr.Blocks:
                 raise SettingsError("choose at least one method to compare")
             chosen = get_model(model_name)
             sampling = sampling_from(temp, tk, tp, guide)
-            ar = on_compute_thread(run, chosen, "ar", text, int(seed_value or 0), sampling)
+            seed_number = seed_from(seed_value)
+            ar = on_compute_thread(run, chosen, "ar", text, seed_number, sampling)
             rows, table = [], []
             for name in selected:
                 params = params_from(name, *controls)
-                trace = on_compute_thread(run, chosen, name, text, int(seed_value or 0), sampling, params)
+                trace = on_compute_thread(run, chosen, name, text, seed_number, sampling, params)
                 facts = viz.summary(trace, ar)
                 rows.append({"method": name, "lossless": trace.lossless, **facts})
                 table.append(
@@ -562,28 +641,31 @@ def build() -> gr.Blocks:
             if not state:
                 raise SettingsError("run a method or upload a trace first")
             trace: Trace = state["trace"]
-            folder = Path(tempfile.mkdtemp(prefix="specviz-"))
+            folder = export_folder()
             trace.save(folder / "trace.json")
             decoder = decoder_for(trace)
-            steps = range(len(trace.iterations))
-            images = (
-                on_compute_thread(lambda: [decoder.decode(viz.tokens_through(trace, k)) for k in steps])
-                if decoder
-                else [None] * len(steps)
-            )
-            frames = viz.animation(trace, images, dark=night)
-            viz.save_gif(frames, folder / "animation.gif")
-            files = [folder / "trace.json", folder / "animation.gif"]
+
+            def image_at(k: int) -> Image.Image | None:
+                return on_compute_thread(decoder.decode, viz.tokens_through(trace, k)) if decoder else None
+
+            files = [folder / "trace.json"]
             try:
-                viz.save_mp4(frames, folder / "animation.mp4")
-                files.append(folder / "animation.mp4")
-            except RuntimeError as error:
+                files += viz.write_animation(
+                    trace, image_at, [folder / "animation.gif", folder / "animation.mp4"], dark=night
+                )
+            except RuntimeError as error:  # no imageio-ffmpeg: the GIF alone
                 log.warning("no MP4: %s", error)
+                files += viz.write_animation(trace, image_at, [folder / "animation.gif"], dark=night)
             k = max(0, min(int(j), len(trace.iterations) - 1))
-            viz.frame(trace, k, images[k], dark=night).save(folder / f"iteration-{k}.png")
+            viz.frame(trace, k, image_at(k), scale=viz.export_scale(trace), dark=night).save(
+                folder / f"iteration-{k}.png"
+            )
             files.append(folder / f"iteration-{k}.png")
             files.append(figure_archive(state, k, folder, decoder, night))
             return [str(f) for f in files]
 
         export_button.click(export, [runs, iteration, dark], downloads)
+    for block in demo.blocks.values():
+        if isinstance(block, gr.components.Component):
+            quiet_checks(block)
     return demo

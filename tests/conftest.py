@@ -30,11 +30,13 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def server():
     """The app, launched once in this process on a free port; yields its URL."""
-    from specviz.ui import build
+    from specviz.ui import MAX_UPLOAD_BYTES, build
 
     demo = build()
     demo.queue(default_concurrency_limit=1, max_size=32)
     port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    demo.launch(
+        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, max_file_size=MAX_UPLOAD_BYTES
+    )
     yield f"http://127.0.0.1:{port}/"
     demo.close()

@@ -73,13 +73,18 @@ def test_malformed_upload_gets_a_clear_message(server, tmp_path):
         ({"prompt": "   "}, "the prompt is empty"),
         ({"model": "dalle"}, "dalle is not in the list of choices"),
         ({"seed": 1, "method": "nope"}, "nope is not in the list"),
+        ({"prompt": None}, "the prompt must be text"),
+        ({"seed": 1e30}, "the seed must be an integer from 0"),
+        ({"seed": -4}, "Seed: Value -4 is less than minimum value 0"),
     ],
 )
-def test_bad_input_is_a_message_not_a_stack_trace(server, changes, message):
+def test_bad_input_is_a_message_not_a_stack_trace(server, changes, message, capfd):
     client = Client(server, verbose=False)
+    capfd.readouterr()
     with pytest.raises(Exception, match=message) as raised:
         _race(client, **changes)
     assert "Traceback" not in str(raised.value)
+    assert "Traceback" not in capfd.readouterr().err  # the server log has no stack trace either
 
 
 def test_two_users_at_once_get_their_own_runs(server, tiny):
@@ -98,3 +103,69 @@ def test_two_users_at_once_get_their_own_runs(server, tiny):
     assert np.array_equal(image_a, _expected_image(tiny, "sjd", "rocket", 1))
     assert np.array_equal(image_b, _expected_image(tiny, "sjd", "cat face", 2))
     assert not np.array_equal(image_a, image_b)
+
+
+def test_bad_sampling_and_parameters_are_messages(server):
+    client = Client(server, verbose=False)
+    for position, value, message in [
+        (4, 2.5, "window must be an integer from 1 to 128, got 2.5"),
+        (13, "hot", "Temperature \\(0 = greedy\\): .*float"),
+        (14, 2.5, r"Top-k \(0 = off\): 2.5 is not a whole number"),  # Gradio would round it to 2
+    ]:
+        values = list(RACE)
+        values[position] = value
+        with pytest.raises(Exception, match=message):
+            client.predict(*values, api_name="/race")
+
+
+def test_a_model_the_deployment_does_not_offer_is_refused(server, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_MODELS", "tiny")
+    client = Client(server, verbose=False)
+    with pytest.raises(Exception, match="model 'emu3' is not offered here"):
+        _race(client, model="emu3")
+
+
+def test_an_upload_over_the_size_limit_is_refused(server, tmp_path):
+    from specviz.ui import MAX_UPLOAD_BYTES
+
+    path = tmp_path / "huge.json"
+    path.write_bytes(b" " * (MAX_UPLOAD_BYTES + 1))
+    client = Client(server, verbose=False)
+    with pytest.raises(Exception, match=r"(?i)file.*(large|size)"):
+        client.predict(handle_file(str(path)), False, False, api_name="/replay")
+
+
+def test_exporting_a_long_trace_is_bounded(server, tmp_path):
+    """Three thousand iterations of a model this app does not have: the animation keeps at most
+    MAX_FRAMES frames and takes seconds, not the half hour an unbounded export took."""
+    import json
+    import time
+
+    from specviz.viz.frames import MAX_FRAMES
+
+    count = 3000
+    trace = {
+        "version": 2,
+        "model": "elsewhere",
+        "method": "ar",
+        "lossless": True,
+        "prompt": "x",
+        "seed": 0,
+        "sampling": {"temperature": 1.0, "top_k": None, "top_p": 1.0, "guidance_scale": 1.0},
+        "geometry": {"rows": 40, "cols": 75, "vocab_size": 4, "layout": [-1] * count},
+        "tokens": [1] * count,
+        "nfe": count,
+        "seconds": 1.0,
+        "iterations": [{"start": i, "committed": [1], "forward_ms": 1.0} for i in range(count)],
+    }
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(trace))
+    client = Client(server, verbose=False)
+    client.predict(handle_file(str(path)), False, False, api_name="/replay")
+    started = time.perf_counter()
+    files = client.predict(0, False, api_name="/export")
+    elapsed = time.perf_counter() - started
+    gif = next(f for f in files if str(f).endswith(".gif"))
+    with Image.open(gif) as animation:
+        assert animation.n_frames <= MAX_FRAMES
+    assert elapsed < 120, elapsed

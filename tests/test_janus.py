@@ -132,7 +132,14 @@ def test_unreachable_hub_says_what_to_pass(monkeypatch):
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
 
     monkeypatch.setattr(AutoConfig, "from_pretrained", offline)
+    monkeypatch.setattr(hub, "hub_unreachable", lambda timeout=3.0: None)  # the hub answers, the files do not
     with pytest.raises(ModelUnavailable, match=r"hub id deepseek-community/Janus-Pro-1B.*--weights PATH"):
+        JanusProModel.load("deepseek-community/Janus-Pro-1B", "cpu")
+
+
+def test_an_offline_hub_is_reported_at_once(monkeypatch):
+    monkeypatch.setattr(hub, "hub_unreachable", lambda timeout=3.0: "cannot reach huggingface.co (no network)")
+    with pytest.raises(ModelUnavailable, match=r"not in the local hub cache and the hub is offline.*--weights PATH"):
         JanusProModel.load("deepseek-community/Janus-Pro-1B", "cpu")
 
 

@@ -61,7 +61,7 @@ def test_wrong_shapes(data):
 
 def test_token_out_of_vocabulary(data):
     data["tokens"][0] = 5000
-    _rejected(data, "below vocab_size")
+    _rejected(data, "token 5000 at position 0 must be an image token below 1024")
 
 
 def test_probability_out_of_range(data):

@@ -361,3 +361,24 @@ def test_stalls_are_long_runs_of_passes_that_accept_nothing():
     assert stalls(trace) == [(1, 10)]  # iterations 1..10; iteration 0 has no window and is not a pass
     assert stalls(trace, minimum=11) == []
     assert stalls(trace, minimum=1) == [(1, 10)]
+
+
+def test_exports_are_bounded_in_frames_and_size(tmp_path, monkeypatch):
+    from specviz.viz import frames as frames_module
+
+    its = [Iteration(start=i, committed=[1], forward_ms=1.0) for i in range(500)]
+    long_run = _trace(its, [-1] * 500, rows=20, cols=25, method="ar")
+    assert frames_module.export_iterations(500, 20) == sorted(set(frames_module.export_iterations(500, 20)))
+    steps = frames_module.export_iterations(500, 20)
+    assert len(steps) == 20 and steps[0] == 0 and steps[-1] == 499
+    monkeypatch.setattr(frames_module, "MAX_FRAMES", 20)
+    written = frames_module.write_animation(long_run, lambda j: None, [tmp_path / "run.gif"])
+    with Image.open(written[0]) as gif:
+        assert gif.n_frames == 20 and gif.width <= frames_module.MAX_FRAME_WIDTH
+    wide = _trace(
+        [Iteration(start=0, committed=[1], forward_ms=1.0)], [-1] * 2048, rows=1, cols=2048, method="ar", nfe=1
+    )
+    with pytest.raises(frames_module.ExportError, match="too wide to animate"):
+        frames_module.write_animation(wide, lambda j: None, [tmp_path / "wide.gif"])
+    with pytest.raises(ValueError, match=r"animations are \.gif or \.mp4"):
+        frames_module.write_animation(long_run, lambda j: None, [tmp_path / "run.avi"])

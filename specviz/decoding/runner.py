@@ -10,24 +10,10 @@ import torch
 
 from specviz.decoding.params import Parameters
 from specviz.decoding.registry import get_method
+from specviz.inputs import check_prompt, check_seed
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
-
-MAX_PROMPT_CHARS = 2000
-
-
-class PromptError(ValueError):
-    """An empty or oversized prompt."""
-
-
-def check_prompt(prompt: str) -> str:
-    text = prompt.strip()
-    if not text:
-        raise PromptError("the prompt is empty; describe an image, for example 'red apple'")
-    if len(text) > MAX_PROMPT_CHARS:
-        raise PromptError(f"the prompt has {len(text)} characters; the limit is {MAX_PROMPT_CHARS}")
-    return text
 
 
 class RunStream:
@@ -47,7 +33,7 @@ class RunStream:
         params: Mapping[str, Any] | Parameters | None = None,
     ):
         self.spec = get_method(method)
-        self.model, self.method, self.seed = model, method, seed
+        self.model, self.method, self.seed = model, method, check_seed(seed)
         self.prompt = check_prompt(prompt)
         self.sampling = sampling or model.default_sampling
         self.params = self.spec.resolve(params)

@@ -9,6 +9,7 @@ the pixel helpers the decoders share.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,6 +47,36 @@ def in_hub_cache(repo: str, *names: str) -> bool:
         return all(isinstance(try_to_load_from_cache(repo, name), str) for name in names)
     except Exception:  # a broken cache is the same as none
         return False
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """None when the model hub answers a TCP connection within `timeout` seconds, else why not; so that a
+    machine without network fails at once instead of after transformers' retries (30 s measured)."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    endpoint = urlparse(constants.ENDPOINT)
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as error:
+        return f"cannot reach {host} ({error.strerror or error})"
+    return None
+
+
+def require_hub(name: str, repo: str, files: tuple[str, ...], hint: str) -> None:
+    """Refuse at once to fetch `files` of hub repository `repo` when they are not cached and the hub is
+    unreachable."""
+    if in_hub_cache(repo, *files):
+        return
+    reason = hub_unreachable()
+    if reason is not None:
+        raise ModelUnavailable(
+            f"{name}: {repo} is not in the local hub cache and the hub is offline ({reason}); {hint}"
+        )
 
 
 def offline_reason(env_var: str, default_id: str) -> str | None:
@@ -123,6 +154,9 @@ def load_pretrained(
                 f"checkpoint of {default_id} (config.json, safetensors, processor files)"
             )
         source = str(folder)
+    else:
+        hint = f"download {default_id} where you have network and pass its folder with --weights PATH"
+        require_hub(name, source, ("config.json",), hint)
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False)
     except (OSError, ValueError) as error:

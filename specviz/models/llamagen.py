@@ -546,6 +546,7 @@ def checkpoint_paths(name: str, weights, variant: str) -> tuple[Path, Path]:
         )
     else:
         repo = source or HUB_ID
+        hub.require_hub(name, repo, (gpt_file, vq_file), hint)
         try:
             from huggingface_hub import hf_hub_download
 
@@ -586,6 +587,9 @@ def load_t5(name: str, weights, device: torch.device, dtype: torch.dtype):
             if (Path(weights).expanduser() / sub / "config.json").is_file():
                 source = str(Path(weights).expanduser() / sub)
     source = source or T5_HUB_ID
+    if source == T5_HUB_ID:
+        hint = f"put {T5_HUB_ID} in a t5/ folder beside the checkpoints or set {T5_ENV_VAR}"
+        hub.require_hub(name, T5_HUB_ID, ("config.json",), hint)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         encoder = T5EncoderModel.from_pretrained(source, dtype=dtype)

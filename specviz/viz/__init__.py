@@ -20,13 +20,14 @@ from specviz.viz.figures import (
     race_figure,
     window_figure,
 )
-from specviz.viz.frames import animation, frame, save_gif, save_mp4
+from specviz.viz.frames import ExportError, animation, export_scale, frame, save_gif, save_mp4, write_animation
 from specviz.viz.palette import FATES, OKABE_ITO, STATES, colors, theme
 
 __all__ = [
     "FATES",
     "OKABE_ITO",
     "STATES",
+    "ExportError",
     "GridState",
     "acceptance_map_figure",
     "acceptance_maps",
@@ -37,6 +38,7 @@ __all__ = [
     "colors",
     "committed_before",
     "comparison_figure",
+    "export_scale",
     "fates",
     "frame",
     "grid_state",
@@ -49,4 +51,5 @@ __all__ = [
     "theme",
     "tokens_through",
     "window_figure",
+    "write_animation",
 ]

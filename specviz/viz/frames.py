@@ -8,17 +8,22 @@ encoders take them as they are.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 
+import imageio.v2
 import imageio.v3 as iio
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageColor, ImageDraw, ImageFont
 
 from specviz.trace import Trace
 from specviz.viz.analysis import GridState, grid_state
 from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, colors, legend_states
 
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
+MAX_FRAMES = 400  # longer runs are subsampled evenly for export
+MAX_FRAME_WIDTH = 2048  # pixels; wide grids are drawn with smaller cells
+GIF_PIXEL_BUDGET = 200_000_000  # pixels over all GIF frames (one byte each until the file is written)
 
 
 def _round_up(value: int, multiple: int = 16) -> int:
@@ -55,20 +60,26 @@ def _image_panel(image: Image.Image | None, size: tuple[int, int], dark: bool, f
     return panel
 
 
-def _draw_grid(draw: ImageDraw.ImageDraw, grid: GridState, origin: tuple[int, int], scale: int, dark: bool) -> None:
-    """Cells in their state colours, the ones committed this iteration outlined."""
+def _grid_picture(grid: GridState, scale: int, dark: bool) -> Image.Image:
+    """Cells in their state colours, the ones committed this iteration outlined; drawn as arrays, so a
+    grid of 65,536 cells costs milliseconds, not a rectangle call per cell."""
     palette = colors(dark)
+    rows, cols = grid.state.shape
+    states = {state: index for index, state in enumerate(palette)}
+    rgb = np.array([ImageColor.getrgb(color) for color in palette.values()], dtype=np.uint8)
+    cells = rgb[np.vectorize(states.__getitem__, otypes=[int])(grid.state)]  # (rows, cols, 3)
     gap = 1 if scale >= 6 else 0
     line = max(1, scale // 8)
-    x0, y0 = origin
-    rows, cols = grid.state.shape
-    for row in range(rows):
-        for col in range(cols):
-            left, top = x0 + col * scale, y0 + row * scale
-            box = (left, top, left + scale - 1 - gap, top + scale - 1 - gap)
-            draw.rectangle(box, fill=palette[grid.state[row, col]])
-            if grid.now[row, col]:
-                draw.rectangle(box, outline=palette["outline"], width=line)
+    inside = np.zeros((scale, scale), dtype=bool)
+    inside[: scale - gap, : scale - gap] = True
+    border = inside.copy()
+    border[line : scale - gap - line, line : scale - gap - line] = False
+    pixels = np.repeat(np.repeat(cells, scale, axis=0), scale, axis=1)
+    background = np.array(ImageColor.getrgb(BACKGROUND[dark]), dtype=np.uint8)
+    pixels[~np.tile(inside, (rows, cols))] = background
+    outlined = np.repeat(np.repeat(grid.now, scale, axis=0), scale, axis=1) & np.tile(border, (rows, cols))
+    pixels[outlined] = np.array(ImageColor.getrgb(palette["outline"]), dtype=np.uint8)
+    return Image.fromarray(pixels)
 
 
 def frame(trace: Trace, j: int, image: Image.Image | None, scale: int = 16, dark: bool = False) -> Image.Image:
@@ -95,7 +106,7 @@ def frame(trace: Trace, j: int, image: Image.Image | None, scale: int = 16, dark
     draw = ImageDraw.Draw(canvas)
     draw.text((pad, pad), caption, fill=FOREGROUND[dark], font=font)
     canvas.paste(_image_panel(image, panel, dark, font), (pad, top))
-    _draw_grid(draw, grid, (2 * pad + panel[0], top), scale, dark)
+    canvas.paste(_grid_picture(grid, scale, dark), (2 * pad + panel[0], top))
     for index, keys in enumerate(legend):
         x, y = pad, legend_top + index * line
         for key in keys:
@@ -111,10 +122,79 @@ def frame(trace: Trace, j: int, image: Image.Image | None, scale: int = 16, dark
 
 
 def animation(trace: Trace, images: list[Image.Image | None], scale: int = 16, dark: bool = False) -> list[Image.Image]:
-    """One frame per iteration; images[j] is the image after iteration j (or None)."""
+    """One frame per iteration; images[j] is the image after iteration j (or None). For short traces;
+    exports go through `write_animation`, which bounds frames, pixels and memory."""
     if len(images) != len(trace.iterations):
         raise ValueError(f"{len(images)} images for {len(trace.iterations)} iterations; give one per iteration")
     return [frame(trace, j, image, scale, dark) for j, image in enumerate(images)]
+
+
+class ExportError(ValueError):
+    """An animation that cannot be drawn within the export bounds; the message says why."""
+
+
+def export_iterations(count: int, limit: int = MAX_FRAMES) -> list[int]:
+    """Iterations to draw: all of them, or `limit` evenly spaced ones, the first and the last included."""
+    if count <= limit:
+        return list(range(count))
+    return sorted({round(k * (count - 1) / (limit - 1)) for k in range(limit)})
+
+
+def export_scale(trace: Trace) -> int:
+    """Pixels per token cell so a frame (image and grid side by side) is at most MAX_FRAME_WIDTH wide."""
+    cols = trace.geometry.cols
+    scale = min(16, MAX_FRAME_WIDTH // (2 * cols + 4))
+    if scale < 1:
+        raise ExportError(
+            f"a {trace.geometry.rows}x{cols} grid is too wide to animate (at most {MAX_FRAME_WIDTH // 2 - 2} columns)"
+        )
+    if trace.geometry.rows * scale > MAX_FRAME_WIDTH:
+        raise ExportError(f"a {trace.geometry.rows}x{cols} grid is too tall to animate")
+    return scale
+
+
+def write_animation(
+    trace: Trace,
+    image_at: Callable[[int], Image.Image | None],
+    paths: list[Path],
+    fps: float = 8,
+    dark: bool = False,
+) -> list[Path]:
+    """Write the run as GIF and/or MP4 files (by suffix), so that time and memory are bounded whatever
+    the trace: at most MAX_FRAMES evenly spaced iterations, frames at most MAX_FRAME_WIDTH wide, MP4
+    frames streamed to the encoder, and GIF frames (which the GIF format must hold until the end) kept
+    as 8-bit palette images within GIF_PIXEL_BUDGET. `image_at(j)` is the image after iteration j, or
+    None. Raises RuntimeError before writing anything where MP4 is asked for without imageio-ffmpeg."""
+    suffixes = {path.suffix for path in paths}
+    if not suffixes <= {".gif", ".mp4"}:
+        raise ValueError(f"animations are .gif or .mp4, not {', '.join(sorted(suffixes - {'.gif', '.mp4'}))}")
+    if ".mp4" in suffixes and importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise RuntimeError("MP4 export needs the imageio-ffmpeg package: pip install imageio-ffmpeg")
+    scale = export_scale(trace)
+    first = frame(trace, 0, image_at(0), scale, dark)
+    limit = MAX_FRAMES
+    if ".gif" in suffixes:
+        limit = max(2, min(limit, GIF_PIXEL_BUDGET // (first.width * first.height)))
+    steps = export_iterations(len(trace.iterations), limit)
+    video = [
+        imageio.v2.get_writer(p, fps=fps, codec="libx264", macro_block_size=16) for p in paths if p.suffix == ".mp4"
+    ]
+    palette_frames: list[Image.Image] = []
+    try:
+        for j in steps:
+            picture = first if j == 0 else frame(trace, j, image_at(j), scale, dark)
+            for writer in video:
+                writer.append_data(np.asarray(picture.convert("RGB")))
+            if ".gif" in suffixes:
+                palette_frames.append(picture.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT))
+    finally:
+        for writer in video:
+            writer.close()
+    for path in (p for p in paths if p.suffix == ".gif"):
+        palette_frames[0].save(
+            path, save_all=True, append_images=palette_frames[1:], duration=round(1000 / fps), loop=0, optimize=False
+        )
+    return paths
 
 
 def _stack(frames: list[Image.Image]) -> np.ndarray:

@@ -13,29 +13,99 @@ from transformers import DynamicCache
 from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import Geometry
 from specviz.models.session import CachedSession, PromptRows, transformers_mask
-from specviz.models.settings import SamplingSettings
+from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
-from specviz.models.tiny.text import shared_text_encoder
+from specviz.models.tiny.text import TEXT_DIM, shared_text_encoder
 from specviz.models.tiny.tokenizer import PatchTokenizer
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets" / "tiny"
 BLANK = 224  # grey of cells not generated yet, visible against the emoji's white background
 WEIGHT_FILES = ("config.json", "model.safetensors", "codebook.safetensors")
+# used when a weights folder's config.json names no sampling defaults
+DEFAULT_SAMPLING = SamplingSettings(temperature=1.0, top_k=None, top_p=1.0, guidance_scale=1.5)
+
+
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_PARAMETERS = 200_000_000  # far above tiny's; refuses a config that would allocate gigabytes
+CONFIG_BOUNDS = {
+    "vocab_size": (2, 65536),
+    "rows": (1, 64),
+    "cols": (1, 64),
+    "hidden_size": (8, 4096),
+    "num_layers": (1, 64),
+    "num_heads": (1, 64),
+    "intermediate_size": (8, 16384),
+    "prefix_len": (1, 64),
+}
+
+
+def _unusable(folder: Path, why: str) -> ModelUnavailable:
+    return ModelUnavailable(
+        f"tiny: the weights in {folder} cannot be used ({why}); reinstall the project or retrain with "
+        "`python -m specviz.models.tiny.train`"
+    )
+
+
+def read_summary(folder: Path) -> tuple[TinyConfig, SamplingSettings]:
+    """The network configuration and default sampling of a weights folder, checked before anything is
+    allocated: a configuration that would need gigabytes is refused, not built."""
+    path = folder / "config.json"
+    try:
+        with open(path, "rb") as file:
+            text = file.read(MAX_CONFIG_BYTES + 1)
+        if len(text) > MAX_CONFIG_BYTES:
+            raise _unusable(folder, f"config.json is larger than {MAX_CONFIG_BYTES} bytes")
+        summary = json.loads(text)
+    except (OSError, ValueError) as error:
+        raise _unusable(folder, f"config.json is not readable JSON: {error}") from None
+    model = summary.get("model") if isinstance(summary, dict) else None
+    if not isinstance(model, dict):
+        raise _unusable(folder, "config.json has no 'model' section")
+    for key, (low, high) in CONFIG_BOUNDS.items():
+        value = model.get(key, getattr(TinyConfig, key))
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise _unusable(folder, f"model.{key} must be an integer from {low} to {high}, got {value!r}")
+    try:
+        config = TinyConfig(**model)
+    except TypeError as error:
+        raise _unusable(folder, f"config.json: {error}") from None
+    if config.hidden_size % config.num_heads or config.text_dim != TEXT_DIM:
+        raise _unusable(folder, "hidden_size must divide by num_heads, and text_dim must be 384 (MiniLM)")
+    h, layers = config.hidden_size, config.num_layers
+    parameters = layers * (4 * h * h + 3 * h * config.intermediate_size) + 2 * config.vocab_size * h
+    if parameters > MAX_PARAMETERS:
+        raise _unusable(folder, f"its configuration describes about {parameters / 1e9:.1f}B parameters")
+    sampling = summary.get("sampling", DEFAULT_SAMPLING.to_dict())
+    try:
+        sampling = SamplingSettings(**sampling)
+    except (TypeError, SettingsError) as error:
+        raise _unusable(folder, f"config.json sampling: {error}") from None
+    return config, sampling
+
+
+def _tensors(folder: Path, name: str) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(folder / name))
+    except Exception as error:  # safetensors raises its own error types for every way a file is malformed
+        raise _unusable(folder, f"{name} is not a readable safetensors file: {str(error).splitlines()[0]}") from None
 
 
 class TinyModel:
     """The embedded text-to-emoji model (`python -m specviz.models.tiny.train` reproduces it)."""
 
     name = "tiny"
-    # it memorises its training emoji, and its unconditional branch is weak: above about 2, guidance
-    # pushes samples off the images it knows (measured: teacher-forced NLL 0.001 at scale 1, 0.08-0.19
-    # at scale 3), so the default keeps guidance on but mild
-    default_sampling = SamplingSettings(temperature=1.0, top_k=None, top_p=1.0, guidance_scale=1.5)
 
-    def __init__(self, network: TinyTextToImage, tokenizer: PatchTokenizer, device: torch.device):
+    def __init__(
+        self,
+        network: TinyTextToImage,
+        tokenizer: PatchTokenizer,
+        device: torch.device,
+        default_sampling: SamplingSettings = DEFAULT_SAMPLING,
+    ):
         self.network = network.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.device = device
+        self.default_sampling = default_sampling
         config = network.config
         self.geometry = Geometry.plain_grid(config.rows, config.cols, config.vocab_size)
 
@@ -48,12 +118,21 @@ class TinyModel:
                 f"tiny: {', '.join(missing)} missing in {folder}; "
                 "reinstall the project or retrain with `python -m specviz.models.tiny.train`"
             )
-        summary = json.loads((folder / "config.json").read_text())
-        network = TinyTextToImage(TinyConfig(**summary["model"]))
-        state = {name: tensor.float() for name, tensor in load_file(str(folder / "model.safetensors")).items()}
-        network.load_state_dict(state)
-        codebook = load_file(str(folder / "codebook.safetensors"))["codebook"]
-        return cls(network.to(device), PatchTokenizer(codebook.to(device)), torch.device(device))
+        config, sampling = read_summary(folder)
+        network = TinyTextToImage(config)
+        state = {name: tensor.float() for name, tensor in _tensors(folder, "model.safetensors").items()}
+        try:
+            network.load_state_dict(state)
+        except RuntimeError as error:
+            raise _unusable(
+                folder, f"model.safetensors does not fit config.json: {str(error).splitlines()[0]}"
+            ) from None
+        codebook = _tensors(folder, "codebook.safetensors").get("codebook")
+        if codebook is None or codebook.shape != (config.vocab_size, 27):
+            raise _unusable(
+                folder, f"codebook.safetensors needs a 'codebook' tensor of shape ({config.vocab_size}, 27)"
+            )
+        return cls(network.to(device), PatchTokenizer(codebook.to(device)), torch.device(device), sampling)
 
     @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:

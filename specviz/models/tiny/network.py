@@ -28,6 +28,7 @@ class TinyConfig:
     intermediate_size: int = 768
     prefix_len: int = 4
     text_dim: int = TEXT_DIM
+    dropout: float = 0.0  # on the input embeddings and in attention, while training
 
     @property
     def seq_len(self) -> int:
@@ -46,6 +47,7 @@ class TinyConfig:
             num_key_value_heads=self.num_heads,
             max_position_embeddings=self.prefix_len + self.seq_len + 8,
             rms_norm_eps=1e-5,
+            attention_dropout=self.dropout,
             tie_word_embeddings=False,
             bos_token_id=None,
             eos_token_id=None,  # an image always has all its cells: generate() must never stop early
@@ -75,5 +77,6 @@ class TinyTextToImage(nn.Module):
         """Next-code cross-entropy; rows where `drop` is true see the null prefix instead of the prompt."""
         prefix = torch.where(drop[:, None, None], self.prefix(None, len(tokens)), self.prefix(text))
         embeds = torch.cat([prefix, self.embed_tokens(tokens[:, :-1])], dim=1)
+        embeds = nn.functional.dropout(embeds, self.config.dropout, self.training)
         logits = self.lm(inputs_embeds=embeds).logits[:, self.config.prefix_len - 1 :]
         return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens.reshape(-1))

@@ -40,7 +40,7 @@ class PatchTokenizer:
     def encode(self, images: torch.Tensor) -> torch.Tensor:
         """(N, H, W, 3) uint8 -> (N, H/p * W/p) int64 codes."""
         vectors = patchify(images.float() / 255.0, self.patch)
-        return torch.stack([nearest_code(v, self.codebook) for v in vectors])
+        return nearest_code(vectors.reshape(-1, vectors.shape[-1]), self.codebook).view(vectors.shape[:2])
 
     def decode(self, codes: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
         """(N, rows*cols) codes -> (N, rows*p, cols*p, 3) uint8."""

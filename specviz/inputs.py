@@ -1,0 +1,123 @@
+"""Checks of what a user passes in, shared by the command line, the app and the runner.
+
+Each check returns the value in its canonical form or raises InputError with one line that says
+what is allowed. Nothing here loads a model or writes a file, so every check can run before any
+work starts. Sampling settings and method parameters check themselves (specviz.models.settings,
+specviz.decoding.params); traces are checked on load (specviz.trace).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import unicodedata
+from pathlib import Path
+
+import torch
+
+MAX_PROMPT_CHARS = 2000
+MAX_SEED = 2**63 - 1  # torch generators take 64-bit seeds; keep to the non-negative half
+
+
+class InputError(ValueError):
+    """A value a user can correct; the message says how."""
+
+
+class PromptError(InputError):
+    """An empty, oversized or undecodable prompt."""
+
+
+def check_prompt(prompt: object) -> str:
+    """The prompt as NFC-normalised text without surrounding whitespace or control characters."""
+    if not isinstance(prompt, str):
+        raise PromptError("the prompt must be text, for example 'red apple'")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that were not UTF-8 on the command line, or a lone surrogate
+        raise PromptError("the prompt is not valid UTF-8 text") from None
+    text = unicodedata.normalize("NFC", prompt)
+    text = "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text).strip()
+    if not text:
+        raise PromptError("the prompt is empty; describe an image, for example 'red apple'")
+    if len(text) > MAX_PROMPT_CHARS:
+        raise PromptError(f"the prompt has {len(text)} characters; the limit is {MAX_PROMPT_CHARS}")
+    return text
+
+
+def check_seed(seed: object) -> int:
+    """A seed from 0 to 2**63 - 1; an integral float (as a UI may send) is accepted."""
+    if isinstance(seed, float) and math.isfinite(seed) and seed.is_integer():
+        seed = int(seed)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise InputError(f"the seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+    return seed
+
+
+def check_device(name: object) -> torch.device:
+    """A torch device this machine has: the CPU, or a CUDA (or Apple MPS) device that is present."""
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("the device must be named, for example cpu or cuda")
+    try:
+        device = torch.device(name.strip())
+    except (RuntimeError, ValueError):
+        raise InputError(f"unknown device {name!r}; use cpu or cuda (cuda:N for the N-th GPU)") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"device {name!r}: CUDA is not available on this machine; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise InputError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return device
+    if device.type == "mps" and torch.backends.mps.is_available():
+        return device
+    raise InputError(f"device {name!r} is not available here; use cpu or cuda")
+
+
+def check_output_folder(folder: object, files: tuple[str, ...] = ()) -> Path:
+    """A folder that exists or can be created, is writable, and where `files` can be written (no
+    directory already holds their names). Probed by creating a temporary file (and any missing folders)
+    and removing them again, since permission bits do not tell (root passes them, /proc refuses anyway);
+    nothing is left behind."""
+    if not isinstance(folder, str | os.PathLike) or not str(folder).strip():
+        raise InputError("the output folder must be named (--out DIR)")
+    path = Path(folder).expanduser()
+    missing = []
+    while not path_exists(missing[-1].parent if missing else path):
+        missing.append(missing[-1].parent if missing else path)
+    created = []
+    try:
+        for directory in reversed(missing):
+            directory.mkdir()
+            created.append(directory)
+        if not path.is_dir():
+            raise InputError(f"cannot write to {path}: it is not a folder")
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise InputError(f"cannot write to {path}: {error.strerror or error}") from None
+    finally:
+        for directory in reversed(created):
+            directory.rmdir()
+    for name in files:
+        target = path / name
+        if target.exists() and not target.is_file():
+            raise InputError(f"cannot write {target}: something other than a file is already there")
+        if target.exists() and not os.access(target, os.W_OK):
+            raise InputError(f"cannot write {target}: it is not writable")
+    return path
+
+
+def path_exists(path: Path) -> bool:
+    """Whether anything is at `path` (a broken symbolic link counts: nothing can be created there)."""
+    return path.exists() or path.is_symlink() or path.parent == path
+
+
+def check_output_file(file: object) -> Path:
+    """A file path whose folder passes `check_output_folder` and that is not a folder itself."""
+    if not isinstance(file, str | os.PathLike) or not str(file).strip():
+        raise InputError("the output file must be named")
+    path = Path(file).expanduser()
+    check_output_folder(path.parent if str(path.parent) else ".", (path.name,))
+    return path
