@@ -20,7 +20,7 @@ import torch
 from specviz.decoding import get_method, run
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
-from specviz.viz.analysis import STALL_PASSES, stalls
+from specviz.viz.analysis import STALL_PASSES, has_trees, per_tree, stalls, verifies_drafts
 
 MAX_PROMPTS = 1000
 MAX_PROMPT_FILE_BYTES = 1024 * 1024
@@ -57,6 +57,18 @@ def read_prompts(path: str | None) -> list[str]:
 
 
 @dataclass
+class TreeResult:
+    """What a draft-tree method's passes looked like, over all its runs."""
+
+    tau: float  # tokens committed per tree pass: the accepted path and the token drawn after it
+    depth: float  # mean depth asked of a tree (PEANUT's adaptive d; EAGLE-2's fixed one)
+    levels: float  # mean depth the trees reached (fewer where the image ends)
+    top_k: float  # mean top-k asked
+    size: float  # mean nodes per tree
+    draft_share: float  # the drafter's own time (growing the trees) as a share of the model's passes
+
+
+@dataclass
 class MethodResult:
     method: str
     lossless: bool
@@ -67,13 +79,14 @@ class MethodResult:
     step_compression: float  # tokens per model pass
     latency_speedup: float  # AR seconds / method seconds, same prompts and seeds
     worst_nfe: int  # the most passes any one run needed
-    accepted_per_pass: float  # drafts accepted per window pass
+    accepted_per_pass: float  # drafts accepted per window or tree pass
     changed_per_pass: float  # drafts carried into the next window with another token (what SCD reduces)
     changed_share: float  # of the drafts carried into the next window, the share whose token changed
-    longest_stall: int  # longest run of consecutive window passes that accepted nothing
-    stall_share: float  # share of window passes spent in stalls (runs of at least STALL_PASSES)
+    longest_stall: int  # longest run of consecutive window or tree passes that accepted nothing
+    stall_share: float  # share of those passes spent in stalls (runs of at least STALL_PASSES)
     verify_share: float  # the method's own work per pass, as a share of the forward pass
     trace_share: float  # time spent writing trace records, as a share of the whole run
+    trees: TreeResult | None = None  # draft-tree methods only
 
 
 @dataclass
@@ -126,8 +139,26 @@ class BenchReport:
         lines += [
             "",
             f"changed share: of the drafts carried into the next window, those whose token changed; a stall: at least "
-            f"{STALL_PASSES} window passes in a row that accepted no draft (each fixed one token, as AR does).",
+            f"{STALL_PASSES} window or tree passes in a row that accepted no draft (each fixed one token, as AR does).",
         ]
+        trees = [r for r in self.results if r.trees is not None]
+        if trees:
+            lines += [
+                "",
+                "| draft trees | tau | depth asked | depth reached | top-k asked | nodes | drafter/forward |",
+                "|---|---:|---:|---:|---:|---:|---:|",
+            ]
+            lines += [
+                f"| {r.method} | {r.trees.tau:.2f} | {r.trees.depth:.2f} | {r.trees.levels:.2f} | "
+                f"{r.trees.top_k:.1f} | {r.trees.size:.1f} | {r.trees.draft_share:.1%} |"
+                for r in trees
+            ]
+            lines += [
+                "",
+                "tau: tokens committed per tree pass, the accepted path and the token drawn after it (as PEANUT's and "
+                "EAGLE's tables count; AR's is 1); drafter/forward: the time spent growing the trees against the "
+                "time of the model passes that verified them.",
+            ]
         if self.reference is not None:
             ref = self.reference
             lines += [
@@ -141,6 +172,25 @@ class BenchReport:
                 f"| ratio | {ref.ratio:.2f} |",
             ]
         return "\n".join(lines)
+
+
+def _tree_result(traces: list) -> TreeResult:
+    """Means over every tree pass of the runs (pooled, so a long run weighs by its passes)."""
+    series = [per_tree(trace) for trace in traces]
+
+    def pooled(key: str) -> float:
+        return statistics.fmean(value for s in series for value in s[key].tolist())
+
+    forward_ms = sum(float(s["forward_ms"].sum()) for s in series)
+    draft_ms = sum(float(s["draft_ms"].sum()) for s in series)
+    return TreeResult(
+        tau=pooled("tau"),
+        depth=pooled("depth"),
+        levels=pooled("levels"),
+        top_k=pooled("top_k"),
+        size=pooled("size"),
+        draft_share=draft_ms / max(forward_ms, 1e-9),
+    )
 
 
 def _speedup(ratio: float) -> str:
@@ -189,7 +239,7 @@ def bench(
         nfe = statistics.fmean(t.nfe for t in traces)
         tokens = statistics.fmean(len(t.tokens) for t in traces)
         seconds = statistics.fmean(t.seconds for t in traces)
-        passes = [it for t in traces for it in t.iterations if it.drafts]
+        passes = [it for t in traces for it in t.iterations if verifies_drafts(it)]
         forward_ms = sum(it.forward_ms for t in traces for it in t.iterations)
         carried = sum(it.carried for it in passes)
         stalled = [found for t in traces for found in stalls(t)]
@@ -211,6 +261,7 @@ def bench(
                 stall_share=sum(length for _, length in stalled) / len(passes) if passes else 0.0,
                 verify_share=sum(it.verify_ms for it in passes) / max(forward_ms, 1e-9),
                 trace_share=sum(it.record_ms for t in traces for it in t.iterations) / (1000 * seconds * len(traces)),
+                trees=_tree_result(traces) if has_trees(traces[0]) else None,
             )
         )
     if compare_generate and model.reference_generate is not None:

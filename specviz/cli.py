@@ -28,6 +28,7 @@ from specviz.models.registry import MODELS, load_model
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.threads import ThreadSettingError, configure_threads
 from specviz.trace import Trace, TraceError
+from specviz.viz.analysis import has_trees, per_tree
 from specviz.viz.publication import (
     FIGURES,
     FORMATS,
@@ -36,11 +37,13 @@ from specviz.viz.publication import (
     FigureOptionError,
     check_options,
     parse_formats,
+    write_figure,
     write_figures,
 )
 
 IMAGE_SCALE = 8  # saved PNGs are upscaled with nearest neighbour so each token cell stays crisp
 RUN_FILES = ("image.png", "trace.json")
+DEPTH_MAP_STEM = "depth-map"  # `run` of a tree method also writes depth-map.png
 MAX_BENCH_SEEDS = 1000
 MAX_LOSSLESS_SAMPLES = 10_000_000
 
@@ -126,8 +129,14 @@ def _check_run_inputs(args: argparse.Namespace, methods: list[str]) -> None:
     _sampling(args, SamplingSettings())
 
 
+def _run_files(method: str) -> tuple[str, ...]:
+    """What `run` writes: the image and the trace, and for a tree method the depth map."""
+    known = METHODS.get(method)
+    return RUN_FILES + ((f"{DEPTH_MAP_STEM}.png",) if known is not None and known.drafts_trees else ())
+
+
 def command_run(args: argparse.Namespace) -> int:
-    out = check_output_folder(args.out, RUN_FILES)
+    out = check_output_folder(args.out, _run_files(args.method))
     _check_run_inputs(args, [args.method])
     METHODS[args.method].resolve(_method_params(args))  # a parameter this method does not take is an error
     prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
@@ -139,11 +148,14 @@ def command_run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")
         trace.save(out / "trace.json")
+        if has_trees(trace):
+            write_figure("depth-map", trace, out, DEPTH_MAP_STEM)
     except OSError as error:  # the folder was checked before the run; something changed it since
         raise UsageError(f"cannot write to {out}: {error.strerror or error}") from None
     lossy = "" if trace.lossless else " (lossy)"
+    tau = f" tau={per_tree(trace)['tau'].mean():.2f}" if has_trees(trace) else ""
     print(
-        f"model={trace.model} method={trace.method}{lossy} nfe={trace.nfe} tokens={len(trace.tokens)} "
+        f"model={trace.model} method={trace.method}{lossy} nfe={trace.nfe} tokens={len(trace.tokens)}{tau} "
         f"seconds={trace.seconds:.2f} out={out}"
     )
     return 0
@@ -238,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run_parser = commands.add_parser("run", help="generate one image and save image.png and trace.json")
+    run_parser = commands.add_parser(
+        "run", help="generate one image and save image.png and trace.json (tree methods: also depth-map.png)"
+    )
     _model_arguments(run_parser)
     run_parser.add_argument("--method", default="ar", help=f"one of: {', '.join(METHODS)} (default ar)")
     run_parser.add_argument("--prompt", required=True, help="what to draw, e.g. 'red apple'")

@@ -36,8 +36,20 @@ from specviz.models.settings import SamplingSettings
 
 SIGNIFICANCE = 1e-3
 MIN_EXPECTED = 5.0
-# groups and neighbourhoods that fit the toys; each toy sets a window shorter than its sequence
-TOY_PARAMETERS = {"neighbours": 2, "ranks_above": 1, "ranks_below": 1}
+# groups, neighbourhoods and trees that fit the toys (trees reach depth 3 and width 2, PEANUT's
+# controller moves between depth 1-3 and top-k 1-3); each toy sets a window shorter than its sequence
+TOY_PARAMETERS = {
+    "neighbours": 2,
+    "ranks_above": 1,
+    "ranks_below": 1,
+    "tree_depth": 3,
+    "tree_top_k": 2,
+    "tree_tokens": 6,
+    "depth_max": 4,
+    "top_k_min": 0,
+    "top_k_max": 4,
+    "top_k_step": 1,
+}
 
 
 def rows_with_end_slots(rows: int, cols: int, image_tokens: int) -> Geometry:
@@ -54,6 +66,11 @@ class TokenCache:
     def crop(self, count: int) -> None:
         for row in self.tokens:
             del row[len(row) + count :]
+
+    def gather_path(self, start: int, source: list[int]) -> None:
+        """Keep the tokens at `source` (a tree path) in the slots from `start` on, as a KV cache gathers."""
+        for row in self.tokens:
+            row[start : start + len(source)] = [row[index] for index in source]
 
 
 class ToyModel:
@@ -95,13 +112,16 @@ class ToyModel:
         cache = TokenCache(rows)
 
         def run(tokens: torch.Tensor, cache: TokenCache, mask: torch.Tensor | None, positions) -> torch.Tensor:
-            if mask is not None:
-                raise NotImplementedError("the dictionary toy's token cache holds chains only; use the llama toy")
-            out = torch.empty(rows, tokens.shape[1], self.geometry.vocab_size)
+            """A chain, or a draft tree (mask given): each new token continues the committed tokens and its
+            ancestors among the new ones (the mask's last columns)."""
+            count = tokens.shape[1]
+            out = torch.empty(rows, count, self.geometry.vocab_size)
             for row in range(rows):
-                for i, token in enumerate(tokens[row].tolist()):
-                    cache.tokens[row].append(token)
-                    out[row, i] = self.raw_logits(row, tuple(cache.tokens[row]))
+                committed, new = cache.tokens[row], tokens[row].tolist()
+                for i in range(count):
+                    seen = range(i + 1) if mask is None else mask[row, 0, i, -count:].nonzero().flatten().tolist()
+                    out[row, i] = self.raw_logits(row, (*committed, *(new[j] for j in seen)))
+                committed.extend(new)
             return out
 
         prefill = torch.stack([self.raw_logits(row, ()) for row in range(rows)])

@@ -29,6 +29,9 @@ RESIDUAL_ENTRIES = 16  # tokens recorded at a rejected position
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Count = Annotated[int, Field(ge=0)]
 Fate = Literal["accepted", "rejected", "kept", "redrawn", "reset"]
+# a draft-tree node: on the accepted path, tested and refused, or never tested (its parent was not
+# reached, or a sibling tried before it was accepted)
+TreeFate = Literal["accepted", "rejected", "untested"]
 # where a newly initialised draft came from: an initialisation strategy, the model's row after the
 # window ("refined"), a forced layout slot, or "unknown" in a trace converted from version 1
 Origin = Literal["random", "repeat-left", "repeat-above", "sample-left", "sample-above", "refined", "forced", "unknown"]
@@ -71,6 +74,49 @@ def _per_draft(kind: object) -> object:
     return Annotated[list[kind], Field(max_length=MAX_DRAFTS)]
 
 
+class DraftTree(_Strict):
+    """The draft tree one pass verified (eagle2, peanut), its nodes in the order they were tested.
+
+    Per node: its token, `parents` the index of its parent (-1: a child of the head, the token decided
+    before the pass), `depths` its level (1 for the head's children; a node at depth d drafts position
+    start + d - 1), `confidence` the drafter's q(x | ancestors), `p_target` the target's p(x | ancestors),
+    and `fate`. Parents come before their children, and siblings are tested in index order.
+    """
+
+    tokens: _per_draft(Count)
+    parents: _per_draft(Annotated[int, Field(ge=-1)])
+    depths: _per_draft(Annotated[int, Field(ge=1)])
+    confidence: _per_draft(Probability)
+    p_target: _per_draft(Probability)
+    fate: _per_draft(TreeFate)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DraftTree:
+        n = len(self.tokens)
+        if any(len(values) != n for values in (self.parents, self.depths, self.confidence, self.p_target, self.fate)):
+            raise ValueError(f"tokens, parents, depths, confidence, p_target and fate need one entry per node ({n})")
+        for index, (parent, depth) in enumerate(zip(self.parents, self.depths, strict=True)):
+            if parent >= index:
+                raise ValueError(f"node {index}: its parent {parent} must come before it")
+            if depth != (1 if parent < 0 else self.depths[parent] + 1):
+                raise ValueError(f"node {index}: depth {depth} is not one below its parent's")
+        return self
+
+    def fates_of(self, path: list[int]) -> list[str]:
+        """Every node's fate given the accepted path: a child of the head or of a path node is tested
+        until one sibling is accepted (the path's next node); after it, and below untested nodes, nothing is."""
+        chosen = {self.parents[node]: node for node in path}
+        reached = {-1, *path}
+        fates = []
+        for index, parent in enumerate(self.parents):
+            accepted = chosen.get(parent)
+            if parent not in reached or (accepted is not None and index > accepted):
+                fates.append("untested")
+            else:
+                fates.append("accepted" if index == accepted else "rejected")
+        return fates
+
+
 class Iteration(_Strict):
     """One model pass of a method (AR: one token).
 
@@ -88,6 +134,12 @@ class Iteration(_Strict):
     accepted on. `committed` are the tokens fixed by this iteration, from `start` on. `forward_ms`
     is the model pass, `verify_ms` the method's own work (verification, redraws, new slots, cache
     cropping), `record_ms` the cost of writing this record.
+
+    A draft-tree method records no window: its pass is `tree`, `path` the accepted nodes from the
+    head's child down (`accepted` of them, committed first, then the exact token drawn after them),
+    `tree_depth` and `tree_top_k` the shape the method asked for (the tree may be shallower near the
+    end of the image or where the drafter ran out of candidates), `alpha` (PEANUT) the acceptance rate
+    of the tree that chose that shape, and `draft_ms` the drafter's time.
     """
 
     start: Count
@@ -109,8 +161,14 @@ class Iteration(_Strict):
     group_size: _per_draft(Count) | None = None
     group_mass_new: _per_draft(Probability) | None = None
     group_mass_old: _per_draft(Probability) | None = None
+    tree: DraftTree | None = None
+    path: _per_draft(Count) | None = None
+    tree_depth: Annotated[int, Field(ge=1)] | None = None
+    tree_top_k: Annotated[int, Field(ge=1)] | None = None
+    alpha: Probability | None = None
     committed: Annotated[list[Count], Field(max_length=MAX_DRAFTS + 1)]
     forward_ms: Annotated[float, Field(ge=0.0)]
+    draft_ms: Annotated[float, Field(ge=0.0)] = 0.0
     verify_ms: Annotated[float, Field(ge=0.0)] = 0.0
     record_ms: Annotated[float, Field(ge=0.0)] = 0.0
 
@@ -123,6 +181,10 @@ class Iteration(_Strict):
         groups = [self.group_size, self.group_mass_new, self.group_mass_old]
         if any(values is not None and len(values) != n for values in groups):
             raise ValueError(f"group_size and group masses need one entry per draft ({n})")
+        if self.tree is not None:
+            return self._consistent_tree()
+        if any(value is not None for value in (self.path, self.tree_depth, self.tree_top_k, self.alpha)):
+            raise ValueError("path, tree_depth, tree_top_k and alpha belong to an iteration with a tree")
         if self.accepted > n or len(self.new_init) > n or len(self.new_source) != len(self.new_init):
             raise ValueError("accepted and new drafts cannot exceed the drafts; new_init and new_source pair up")
         if self.rejected_at is not None and self.rejected_at != self.accepted:
@@ -138,6 +200,26 @@ class Iteration(_Strict):
             )
         if n and self.rejected_at is None and len(expected) != n:
             raise ValueError("a window without a rejection accepts every draft")
+        return self
+
+    def _consistent_tree(self) -> Iteration:
+        tree, path = self.tree, self.path
+        if self.drafts or self.new_init or self.rejected_at is not None:
+            raise ValueError("an iteration with a tree has no window drafts and no window rejection")
+        if path is None or self.accepted != len(path):
+            raise ValueError("an iteration with a tree gives its accepted path, `accepted` nodes long")
+        if any(node >= len(tree.tokens) for node in path):
+            raise ValueError(f"path {path} names a node the tree does not have")
+        if [tree.parents[node] for node in path] != [-1, *path][: len(path)]:
+            raise ValueError(f"path {path} is not a path down from the head")
+        if self.committed[: self.accepted] != [tree.tokens[node] for node in path]:
+            raise ValueError("committed tokens must begin with the accepted path's tokens")
+        if len(self.committed) not in (self.accepted, self.accepted + 1):
+            raise ValueError("a tree pass commits its accepted path and at most one token after it")
+        if tree.fate != tree.fates_of(path):
+            raise ValueError("node fates disagree with the accepted path")
+        if self.tree_depth is not None and max(tree.depths, default=0) > self.tree_depth:
+            raise ValueError(f"the tree is deeper than the depth {self.tree_depth} asked for")
         return self
 
     @property
@@ -190,7 +272,10 @@ class Trace(_Strict):
                 raise ValueError(
                     f"iteration {index} starts at {it.start}, but {position} tokens were committed before it"
                 )
-            if any(t >= g.vocab_size for t in it.drafts):
+            if it.tree is not None and it.start + max(it.tree.depths, default=0) > len(g.layout):
+                raise ValueError(f"iteration {index}: the tree drafts past the end of the sequence")
+            drafted = it.drafts + (it.tree.tokens if it.tree is not None else [])
+            if any(t >= g.vocab_size for t in drafted):
                 raise ValueError(f"iteration {index}: drafts must be below vocab_size {g.vocab_size}")
             if self.tokens[position : position + len(it.committed)] != it.committed:
                 raise ValueError(f"iteration {index}: committed tokens disagree with the final tokens")

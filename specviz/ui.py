@@ -330,10 +330,11 @@ def race_summary(trace: Trace, ar: Trace, retimed: bool) -> str:
         if retimed
         else "each side's clock counts only its own compute (the two runs are interleaved on one device)"
     )
+    tau = f", mean tau {viz.per_tree(trace)['tau'].mean():.2f} per tree" if viz.has_trees(trace) else ""
     return (
         f"### {trace.method}: {facts['step_compression']:.2f}x step compression, "
         f"{facts['latency_speedup']:.2f}x latency speedup over AR\n"
-        f"{trace.method} ({lossless}): {trace.nfe} passes, {trace.seconds:.2f} s · "
+        f"{trace.method} ({lossless}): {trace.nfe} passes{tau}, {trace.seconds:.2f} s · "
         f"AR: {ar.nfe} passes, {ar.seconds:.2f} s · same prompt, seed and sampling; {how}."
     )
 
@@ -344,22 +345,41 @@ def run_again(model: ImageModel, trace: Trace) -> Trace:
     return on_compute_thread(run, model, trace.method, trace.prompt, trace.seed, sampling, trace.params)
 
 
+ITERATION_LABELS = {False: "Jacobi window", True: "Draft tree of this iteration"}
+
+
 def iteration_views(runs: dict, j: int, large: bool, dark: bool) -> tuple:
+    """The views that follow the iteration slider: the window (a tree run: the tree) of iteration j, the
+    image after it, and (tree runs only) the depth map with iteration j's cells outlined."""
     trace: Trace = runs["trace"]
     j = max(0, min(int(j), len(trace.iterations) - 1))
     decoder = decoder_for(trace)
     tokens = viz.tokens_through(trace, j)
     image = picture(decoder, tokens, f"{trace.method}: {len(tokens)} tokens after iteration {j}") if decoder else None
-    return viz.window_figure(trace, j, dark=dark, large=large), image
+    trees = viz.has_trees(trace)
+    if trees:
+        view = viz.tree_figure(trace, j, dark=dark, large=large)
+        depths = gr.update(value=viz.depth_map_figure(trace, j, dark=dark, large=large), visible=True)
+    else:
+        view = viz.window_figure(trace, j, dark=dark, large=large)
+        depths = gr.update(value=None, visible=False)
+    return gr.update(value=view, label=ITERATION_LABELS[trees]), image, depths
 
 
 def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
+    """The views of the whole run: acceptance map, accepted length (tree runs: tau), drafts changed
+    (window runs only) or the tree shapes (tree runs only), and the race against AR."""
     trace, ar = runs["trace"], runs.get("ar")
+    trees = viz.has_trees(trace)
+    length = (viz.tau_figure if trees else viz.accepted_length_figure)(trace, dark=dark, large=large)
+    changed = None if trees else viz.changed_figure(trace, dark=dark, large=large)
+    shapes = viz.tree_shape_figure(trace, dark=dark, large=large) if trees else None
     return (
         viz.acceptance_map_figure(trace, kind, dark=dark, large=large),
-        viz.accepted_length_figure(trace, dark=dark, large=large),
-        viz.changed_figure(trace, dark=dark, large=large),
+        gr.update(value=length, label="Tau per tree pass" if trees else "Accepted length per iteration"),
+        gr.update(value=changed, visible=not trees),
         viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else None,
+        gr.update(value=shapes, visible=trees),
     )
 
 
@@ -435,7 +455,7 @@ def build() -> gr.Blocks:
                         play = gr.Button("Play", scale=0)
                         pause = gr.Button("Pause", scale=0)
                     with gr.Row():
-                        window_plot = gr.Plot(label="Jacobi window")
+                        window_plot = gr.Plot(label=ITERATION_LABELS[False])
                         iteration_image = gr.Image(label="Image at this iteration", height=DISPLAY_SIZE, format="png")
                     map_kind = gr.Radio(
                         [
@@ -451,8 +471,9 @@ def build() -> gr.Blocks:
                         race_plot = gr.Plot(label="NFE and latency against AR")
                     with gr.Row():
                         length_plot = gr.Plot(label="Accepted length per iteration")
-                        changed_plot = gr.Plot(label="Drafts changed per iteration")
-                    gr.Markdown("Tree methods will add their draft-tree depth map here.")
+                        changed_plot = gr.Plot(label="Drafts changed per iteration")  # window methods
+                        depth_plot = gr.Plot(label="Draft-tree depth map", visible=False)  # tree methods
+                    shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False)  # tree methods
                 with gr.Tab("Compare"):
                     compare_methods = gr.CheckboxGroup(method_names, value=["sjd", "scd-mc", "scd-gs"], label="Methods")
                     compare_button = gr.Button("Compare on this prompt and seed")
@@ -556,11 +577,10 @@ def build() -> gr.Blocks:
         @user_errors
         def refresh(state: dict, j: float, kind: str, big: bool, night: bool):
             if not state:
-                return (gr.update(),) * 6
-            window_fig, image = iteration_views(state, j, big, night)
-            return (window_fig, image, *overview_figures(state, kind, big, night))
+                return (gr.update(),) * 8
+            return (*iteration_views(state, j, big, night), *overview_figures(state, kind, big, night))
 
-        views = [window_plot, iteration_image, map_plot, length_plot, changed_plot, race_plot]
+        views = [window_plot, iteration_image, depth_plot, map_plot, length_plot, changed_plot, race_plot, shape_plot]
         view_inputs = [runs, iteration, map_kind, large, dark]
         race_event.then(refresh, view_inputs, views)
         for control in (map_kind, large, dark):
@@ -569,10 +589,10 @@ def build() -> gr.Blocks:
         @user_errors
         def at_iteration(state: dict, j: float, big: bool, night: bool):
             if not state:
-                return gr.update(), gr.update()
+                return gr.update(), gr.update(), gr.update()
             return iteration_views(state, j, big, night)
 
-        iteration.change(at_iteration, [runs, iteration, large, dark], [window_plot, iteration_image])
+        iteration.change(at_iteration, [runs, iteration, large, dark], [window_plot, iteration_image, depth_plot])
 
         def tick(state: dict, j: float):
             if not state or j >= len(state["trace"].iterations) - 1:

@@ -40,3 +40,11 @@ def server():
     )
     yield f"http://127.0.0.1:{port}/"
     demo.close()
+
+
+@pytest.fixture(scope="session")
+def eagle2_trace(tiny):
+    """A real eagle2 run on the embedded model (default trees, seed 0), for the tree views' tests."""
+    from specviz.decoding import run
+
+    return run(tiny, "eagle2", "red apple", 0)

@@ -1,28 +1,47 @@
 """The app through gradio_client against a launched server: a run, a replay, bad input, two users."""
 
+import json
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 from gradio_client import Client, handle_file
 from PIL import Image
 
-from specviz.decoding import run
+import specviz
+from specviz.decoding import METHODS, run
 from specviz.models.settings import SamplingSettings
-from specviz.ui import show
+from specviz.ui import PARAMETERS, show
 
 pytestmark = pytest.mark.xdist_group("app")  # one launched app per test run
 
-# model, method, prompt, seed, then the method controls (window, init, refine, reset in stall,
-# neighbours, delta, ranks above, ranks below, probability gap), temperature, top-k, top-p, guidance
-RACE = ["tiny", "sjd", "red apple", 3, 16, "random", True, 0, 1000, 0.1, 6, 7, 0.15, 1.0, 0, 1.0, 3.0]
+
+def _controls(method: str) -> list:
+    """The method controls (specviz.ui.PARAMETERS, in order) as the app shows them for `method`: its own
+    parameters at its defaults, every other at the default of the first method that takes it."""
+    values: dict = {}
+    for spec in METHODS.values():
+        for name, value in spec.parameters().to_dict().items():
+            values.setdefault(name, value)
+    return [{**values, **METHODS[method].parameters().to_dict()}[name] for name in PARAMETERS]
+
+
+# model, method, prompt, seed, then the method controls, temperature, top-k, top-p, guidance
+RACE = ["tiny", "sjd", "red apple", 3, *_controls("sjd"), 1.0, 0, 1.0, 3.0]
+TEMPERATURE = 4 + len(PARAMETERS)  # its position in RACE
 
 
 def _race(client: Client, **changes):
     values = list(RACE)
     names = ["model", "method", "prompt", "seed"]
+    if "method" in changes and changes["method"] in METHODS:
+        values[4:TEMPERATURE] = _controls(changes["method"])
     for key, value in changes.items():
-        values[names.index(key)] = value
+        if key in PARAMETERS:
+            values[4 + PARAMETERS.index(key)] = value
+        else:
+            values[names.index(key)] = value
     return client.predict(*values, api_name="/race")
 
 
@@ -108,9 +127,9 @@ def test_two_users_at_once_get_their_own_runs(server, tiny):
 def test_bad_sampling_and_parameters_are_messages(server):
     client = Client(server, verbose=False)
     for position, value, message in [
-        (4, 2.5, "window must be an integer from 1 to 128, got 2.5"),
-        (13, "hot", "Temperature \\(0 = greedy\\): .*float"),
-        (14, 2.5, r"Top-k \(0 = off\): 2.5 is not a whole number"),  # Gradio would round it to 2
+        (4 + PARAMETERS.index("window"), 2.5, "window must be an integer from 1 to 128, got 2.5"),
+        (TEMPERATURE, "hot", "Temperature \\(0 = greedy\\): .*float"),
+        (TEMPERATURE + 1, 2.5, r"Top-k \(0 = off\): 2.5 is not a whole number"),  # Gradio would round it to 2
     ]:
         values = list(RACE)
         values[position] = value
@@ -169,3 +188,38 @@ def test_exporting_a_long_trace_is_bounded(server, tmp_path):
     with Image.open(gif) as animation:
         assert animation.n_frames <= MAX_FRAMES
     assert elapsed < 120, elapsed
+
+
+def test_tree_method_controls_and_refusals(server):
+    """Choosing a tree method shows its own controls at its defaults; a shape outside PEANUT's bounds is
+    refused with the bounds before anything runs."""
+    client = Client(server, verbose=False)
+    updates = client.predict("peanut", api_name="/method_changed")
+    shown = {name: update.get("value") for name, update in zip(PARAMETERS, updates, strict=False) if update["visible"]}
+    assert shown == METHODS["peanut"].parameters().to_dict()
+    with pytest.raises(Exception, match="tree_depth 12 must lie strictly between depth_min 0 and depth_max 10"):
+        _race(client, method="peanut", tree_depth=12)
+
+
+def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(server, eagle2_trace, tmp_path):
+    """A replayed eagle2 run: the iteration view is its tree, the depth map and the shape maps appear,
+    the window methods' drafts-changed plot goes; a window run turns them back."""
+    path = tmp_path / "eagle2.json"
+    eagle2_trace.save(path)
+    client = Client(server, verbose=False)
+    client.predict(handle_file(str(path)), False, False, api_name="/replay")
+    tree, image, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
+    assert tree["label"] == "Draft tree of this iteration"
+    assert "drafts in a tree" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"]
+    assert image is not None
+    assert depths["visible"] and shapes["visible"] and not changed["visible"]
+    assert "depth in its draft tree" in json.loads(depths["value"]["plot"])["layout"]["title"]["text"]
+    assert length["label"] == "Tau per tree pass"
+    tree, _, depths = client.predict(5, False, False, api_name="/at_iteration")
+    assert "iteration 5/" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"]
+    assert "committed this iteration (5)" in depths["value"]["plot"]
+    sjd = Path(specviz.__file__).parent / "data" / "examples" / "red-apple-sjd.json"
+    client.predict(handle_file(str(sjd)), False, False, api_name="/replay")
+    window, _, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
+    assert window["label"] == "Jacobi window" and length["label"] == "Accepted length per iteration"
+    assert changed["visible"] and not depths["visible"] and not shapes["visible"]

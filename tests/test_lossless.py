@@ -5,7 +5,9 @@ Each lossless method samples many images from an enumerable toy (specviz.lossles
 with a real DynamicCache at temperature 0.8, top-p 0.9, guidance 2) and must pass a chi-square test
 at significance 1e-3. Each method's main configuration draws 20,000 images; variants (other
 initialisations, windows, options) 6,000, the long toy 8,000 and the slower llama toy 3,000. The
-suite shows the test has power: deliberately broken variants fail it at 20,000 samples.
+draft-tree methods, whose passes cost more Python per sample, draw 8,000 on the short toy, 3,000 on
+the long one and 1,500 through the llama toy. The suite shows the test has power: deliberately broken
+variants fail it at 3,000-20,000 samples.
 """
 
 import pytest
@@ -15,6 +17,7 @@ from specviz.decoding import run, scd_mc
 from specviz.lossless import SIGNIFICANCE, TOYS, check_lossless
 
 MAIN, VARIANT, LONG, LLAMA = 20_000, 6_000, 8_000, 3_000
+TREE, TREE_LONG, TREE_LLAMA = 8_000, 3_000, 1_500  # a tree pass costs more Python per sample
 
 
 def _passes(method, samples, toy="short", params=None, greedy=False):
@@ -67,10 +70,47 @@ def test_exact_through_a_real_transformers_cache(method):
     _passes(method, LLAMA, toy="llama")
 
 
-@pytest.mark.parametrize("method", ["ar", "jacobi", "sjd", "scd-mc", "scd-gs"])
+@pytest.mark.parametrize("method", ["ar", "jacobi", "sjd", "scd-mc", "scd-gs", "eagle2", "peanut"])
 def test_greedy_has_one_outcome_and_every_method_finds_it(method):
     report = _passes(method, 50, toy="llama", greedy=True)
     assert report.dof == 0 and report.tv_distance == 0.0
+
+
+@pytest.mark.parametrize("method", ["eagle2", "peanut"])
+def test_tree_methods_match_exact_ar(method):
+    """Trees of depth up to 3 and width 2 on the short toy (PEANUT's controller moves their shape)."""
+    assert _passes(method, TREE).tv_distance < 0.04
+
+
+@pytest.mark.parametrize("method", ["eagle2", "peanut"])
+def test_tree_methods_stay_exact_on_the_long_toy_and_through_real_attention(method):
+    """The long toy's top-k 2 and row-end slots, then the tree mask and path gathers in a real DynamicCache."""
+    _passes(method, TREE_LONG, toy="long")
+    _passes(method, TREE_LLAMA, toy="llama")
+
+
+def test_toy_trees_are_deep_and_wide_and_test_several_siblings():
+    """The tree tests above mean something only if the trees branch and later siblings get tested."""
+    model = TOYS["short"]()
+    deep_and_wide = second_sibling_accepted = 0
+    for seed in range(50):
+        trace = run(model, "eagle2", "toy", seed, model.default_sampling, {"tree_depth": 3, "tree_top_k": 2})
+        for it in trace.iterations[1:]:
+            tree = it.tree
+            widths = [tree.parents.count(parent) for parent in set(tree.parents)]
+            deep_and_wide += max(tree.depths) >= 2 and max(widths) >= 2
+            for node in it.path:
+                siblings = [i for i, parent in enumerate(tree.parents) if parent == tree.parents[node]]
+                second_sibling_accepted += siblings.index(node) >= 1
+    assert deep_and_wide >= 50 and second_sibling_accepted >= 10
+
+
+def test_a_tree_that_keeps_refused_siblings_in_p_is_caught(monkeypatch):
+    """Testing the next sibling against p(x) instead of p(x) renormalised over what the refused ones left."""
+    monkeypatch.setattr("specviz.decoding.tree.sibling_acceptance", lambda mass, earlier: mass)
+    report = check_lossless("eagle2", samples=3_000, seed=11)
+    print(report.summary())
+    assert not report.matches and report.p_value < 1e-6
 
 
 def test_sjd_without_the_residual_is_caught(monkeypatch):
@@ -104,7 +144,9 @@ def test_a_greedy_run_that_strays_is_caught(monkeypatch):
     assert not report.matches and report.outside_support > 0
 
 
-def test_jacobi_under_sampling_deviates_and_the_deviation_is_reported():
-    report = check_lossless("jacobi", samples=VARIANT, seed=11)
+@pytest.mark.parametrize("method", ["jacobi", "peanut-lantern"])
+def test_lossy_methods_deviate_and_the_deviation_is_reported(method):
+    params = {"delta": 0.3} if method == "peanut-lantern" else None
+    report = check_lossless(method, samples=VARIANT if method == "jacobi" else TREE_LONG, seed=11, params=params)
     print(report.summary())
     assert not report.matches and report.tv_distance > 0.01

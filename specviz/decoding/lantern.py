@@ -30,14 +30,23 @@ from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 
+def neighbourhood(
+    p: torch.Tensor, drafts: torch.Tensor, table: torch.Tensor, delta: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """B(x) of every draft x against its row of p (n, V): its neighbours in the table (n, k) nearest first,
+    their target masses (n, k), and which of them B(x) takes (n, k): nearest first while their summed
+    mass stays within delta."""
+    neighbours = table[drafts]
+    neighbour_mass = p.gather(1, neighbours)
+    return neighbours, neighbour_mass, neighbour_mass.cumsum(1) <= delta
+
+
 def relaxed_verify(table: torch.Tensor, delta: float):
     """The rule for a neighbour table (V, k): SJD's test and residual against p~."""
 
     def verify(step: WindowPass) -> Verdict:
         w, p, drafts = step.w, step.p, step.drafts
-        neighbours = table[drafts]  # (w, k), nearest first
-        neighbour_mass = p[:w].gather(1, neighbours)
-        in_budget = neighbour_mass.cumsum(1) <= delta  # B(x)
+        neighbours, neighbour_mass, in_budget = neighbourhood(p[:w], drafts, table, delta)
         pooled = (neighbour_mass * in_budget).sum(1)
         relaxed = step.p_new + pooled
         p_old = step.p_old

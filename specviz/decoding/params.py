@@ -17,6 +17,9 @@ from specviz.models.settings import SettingsError
 
 MAX_WINDOW = 128
 INIT_STRATEGIES = ("random", "repeat-left", "repeat-above", "sample-left", "sample-above")
+DRAFTERS = ("training-free",)  # draft-tree drafters (specviz.decoding.drafters)
+MAX_TREE_DEPTH = 64
+MAX_TREE_TOKENS = 1000  # below the trace's bound on one iteration's records
 
 
 @dataclass(frozen=True)
@@ -135,17 +138,25 @@ class WindowParameters(Parameters):
             )
 
 
-@dataclass(frozen=True)
-class LanternParameters(WindowParameters):
-    neighbours: int = parameter(
+def _neighbours() -> Any:
+    return parameter(
         1000, "nearest codebook neighbours k (LANTERN: the candidates for B(x); GSD: the latent filter)",
         "Codebook neighbours k",
         low=1, high=1_000_000,
     )  # fmt: skip
-    delta: float = parameter(
+
+
+def _delta() -> Any:
+    return parameter(
         0.1, "LANTERN: probability mass of neighbours that may be added to the draft's own", "LANTERN budget delta",
         low=0.0, high=1.0,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LanternParameters(WindowParameters):
+    neighbours: int = _neighbours()
+    delta: float = _delta()
 
 
 @dataclass(frozen=True)
@@ -166,6 +177,93 @@ class GsdParameters(WindowParameters):
         128, "GSD: a group member must be among the draft's k nearest codebook vectors", "GSD codebook neighbours k",
         low=1, high=1_000_000,
     )  # fmt: skip
+
+
+def _tree_depth(default: int) -> Any:
+    return parameter(
+        default, "levels of drafts below the head token, the most one pass can accept (PEANUT: its first tree's)",
+        "Tree depth",
+        low=1, high=MAX_TREE_DEPTH,
+    )  # fmt: skip
+
+
+def _tree_top_k(default: int) -> Any:
+    return parameter(
+        default, "children per expanded node, and nodes expanded per level (PEANUT: its first tree's)", "Tree top-k",
+        low=1, high=MAX_TREE_TOKENS,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TreeParameters(Parameters):
+    """A draft tree verified in one pass (eagle2, peanut), grown as EAGLE-2 grows it.
+
+    Depth counts levels of drafts below the decided head token; size counts drafts. EAGLE-2's released
+    code counts differently: its `depth` is the rounds after the first level and its `total_token`
+    includes the head, so its defaults (60, 7, 10) are 59 drafts on 8 levels here, and LANTERN's image
+    setting (59, 4, 10) is `--tree-tokens 58 --tree-depth 5`.
+    """
+
+    drafter: str = parameter(
+        "training-free",
+        "who proposes the tree's tokens: training-free (the top-k continuations the model itself gave earlier "
+        "in the run; no training)",
+        "Drafter",
+        choices=DRAFTERS,
+    )
+    tree_depth: int = _tree_depth(8)
+    tree_top_k: int = _tree_top_k(10)
+    tree_tokens: int = parameter(
+        59, "drafts kept in a tree: those of highest cumulative confidence (the head not counted)", "Tree size",
+        low=1, high=MAX_TREE_TOKENS,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PeanutParameters(TreeParameters):
+    """PEANUT's controller (section 4). Defaults: the paper's Anole setting, bounds exclusive; its LlamaGen
+    setting is `--top-k-step 10 --top-k-max 40`. The first tree's shape is the middle of the bounds."""
+
+    tree_depth: int = _tree_depth(5)
+    tree_top_k: int = _tree_top_k(8)
+    beta: float = parameter(
+        1.0, "PEANUT: a tree whose acceptance rate (accepted drafts / depth) reaches beta makes the next one deeper "
+        "and narrower, else shallower and wider", "PEANUT threshold beta",
+        low=0.0, high=1.0,
+    )  # fmt: skip
+    depth_step: int = parameter(1, "PEANUT: depth step l_d", "PEANUT depth step", low=1, high=MAX_TREE_DEPTH)
+    top_k_step: int = parameter(
+        3, "PEANUT: top-k step l_k", "PEANUT top-k step", low=1, high=MAX_TREE_TOKENS
+    )  # fmt: skip
+    depth_min: int = parameter(0, "PEANUT: depth stays above this", "PEANUT depth above", low=0, high=MAX_TREE_DEPTH)
+    depth_max: int = parameter(
+        10, "PEANUT: depth stays below this", "PEANUT depth below", low=2, high=MAX_TREE_DEPTH + 1
+    )  # fmt: skip
+    top_k_min: int = parameter(3, "PEANUT: top-k stays above this", "PEANUT top-k above", low=0, high=MAX_TREE_TOKENS)
+    top_k_max: int = parameter(
+        14, "PEANUT: top-k stays below this while the depth exceeds 1 (a depth-1 tree is bounded by its size)",
+        "PEANUT top-k below",
+        low=2, high=MAX_TREE_TOKENS + 1,
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.depth_min < self.tree_depth < self.depth_max:
+            raise SettingsError(
+                f"tree_depth {self.tree_depth} must lie strictly between depth_min {self.depth_min} and "
+                f"depth_max {self.depth_max}"
+            )
+        if not self.top_k_min < self.tree_top_k < self.top_k_max:
+            raise SettingsError(
+                f"tree_top_k {self.tree_top_k} must lie strictly between top_k_min {self.top_k_min} and "
+                f"top_k_max {self.top_k_max}"
+            )
+
+
+@dataclass(frozen=True)
+class PeanutLanternParameters(PeanutParameters):
+    neighbours: int = _neighbours()
+    delta: float = _delta()
 
 
 def all_fields(classes: list[type[Parameters]]) -> dict[str, tuple[type, Spec]]:

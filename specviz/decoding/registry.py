@@ -6,12 +6,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specviz.decoding import ar, gsd, jacobi, lantern, scd_gs, scd_mc, sjd
+from specviz.decoding import ar, eagle2, gsd, jacobi, lantern, peanut, scd_gs, scd_mc, sjd
+from specviz.decoding.drafters import check_needs
 from specviz.decoding.params import (
     GsdParameters,
     LanternParameters,
     NoParameters,
     Parameters,
+    PeanutLanternParameters,
+    PeanutParameters,
+    TreeParameters,
     WindowParameters,
 )
 from specviz.decoding.sampling import neighbour_table
@@ -34,11 +38,18 @@ class Method:
     lossless_when_greedy: bool = False
     needs_token_vectors: bool = False  # the tokenizer's codebook vectors (relaxed acceptance)
 
+    @property
+    def drafts_trees(self) -> bool:
+        """Verifies a draft tree per pass, which needs tree attention (a transformers cache)."""
+        return issubclass(self.parameters, TreeParameters)
+
     def prepare(self, session: Session, parameters: Parameters) -> None:
         """Per-model work that is not part of decoding (a neighbour table), done before a run is timed;
-        raises UnsupportedMethod when the model lacks what the method needs."""
+        raises UnsupportedMethod when the model lacks what the method or its drafter needs."""
         if self.needs_token_vectors:
             neighbour_table(token_vectors(session, self.name), parameters.neighbours)
+        if self.drafts_trees:
+            check_needs(session, parameters.drafter)
 
     def is_lossless(self, greedy: bool) -> bool:
         return self.lossless or (greedy and self.lossless_when_greedy)
@@ -81,6 +92,28 @@ METHODS: dict[str, Method] = {
             GsdParameters,
             False,
             "grouped speculative decoding: accept by the mass of a dynamic group of similar tokens (lossy)",
+            needs_token_vectors=True,
+        ),
+        Method(
+            "eagle2",
+            eagle2.iterate,
+            TreeParameters,
+            True,
+            "EAGLE-2 draft trees of a fixed depth and top-k, verified in one pass",
+        ),
+        Method(
+            "peanut",
+            peanut.iterate,
+            PeanutParameters,
+            True,
+            "PEANUT: draft trees whose depth and top-k follow the neighbouring tree's acceptance rate",
+        ),
+        Method(
+            "peanut-lantern",
+            peanut.iterate_relaxed,
+            PeanutLanternParameters,
+            False,
+            "PEANUT with LANTERN's relaxed acceptance on the tree (lossy)",
             needs_token_vectors=True,
         ),
     )

@@ -92,6 +92,12 @@ class UnsupportedMethod(ValueError):
     """A method that needs something this model does not provide."""
 
 
+def capabilities(session: Session) -> frozenset[str]:
+    """What a session offers beyond the protocol's core, read from its declared fields: `token_vectors`
+    (the codebook). A drafter names the capabilities it needs; one a session lacks refuses the method."""
+    return frozenset({"token_vectors"} if session.token_vectors is not None else ())
+
+
 def token_vectors(session: Session, method: str) -> torch.Tensor:
     """(V, D) latent vector of every token (the VQ codebook), for methods that relax acceptance
     to similar tokens; layout tokens must sit far from every image token."""

@@ -1,7 +1,9 @@
 """Numbers derived from a Trace, shared by the figures, the animation frames and the tests.
 
 A sequence position is a generated token; most are image cells, some are forced layout tokens
-(`geometry.layout` entry other than -1), which have no place on the grid.
+(`geometry.layout` entry other than -1), which have no place on the grid. Window methods verify a
+Jacobi window per pass; draft-tree methods (eagle2, peanut) a tree, whose accepted path and the token
+drawn after it play the parts of the accepted drafts and the resampled rejection.
 """
 
 from __future__ import annotations
@@ -10,13 +12,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from specviz.trace import Iteration, Trace
+from specviz.trace import DraftTree, Iteration, Trace
 
 MAP_KINDS = ("iteration", "run_length", "redraws")
 # a stall: this many window passes in a row that accept nothing. Runs of one to five such passes are
 # common on the embedded model (SJD and SCD-MC at W = 16: 409 runs over 24 runs of 4 prompts, 352 of
 # them at most 5 long); the long ones (20 to 126 passes) are what the decoding-engine issue describes.
 STALL_PASSES = 8
+# depth-map value of a token drawn by the target rather than accepted from a draft: the first token
+# (from the prefill) and the token drawn after each tree's accepted path, which is the next tree's root
+DRAWN_DEPTH = 0
 
 
 class GridState(NamedTuple):
@@ -45,11 +50,21 @@ def fates(iteration: Iteration) -> list[str]:
     ]
 
 
+def verifies_drafts(iteration: Iteration) -> bool:
+    """A pass that verified drafts (a window or a tree), as opposed to one that only sampled a token."""
+    return bool(iteration.drafts) or iteration.tree is not None
+
+
+def has_trees(trace: Trace) -> bool:
+    """Whether the run verified draft trees (eagle2, peanut): the views that need a window do not apply."""
+    return any(it.tree is not None for it in trace.iterations)
+
+
 def stalls(trace: Trace, minimum: int = STALL_PASSES) -> list[tuple[int, int]]:
-    """(first iteration, length) of every run of at least `minimum` consecutive window passes that
-    accepted no draft: each fixed one token, as AR would, at the cost of a whole window."""
+    """(first iteration, length) of every run of at least `minimum` consecutive window or tree passes
+    that accepted no draft: each fixed one token, as AR would, at the cost of a whole pass."""
     found, run_start = [], None
-    passes = [bool(it.drafts) and it.accepted == 0 for it in trace.iterations]
+    passes = [verifies_drafts(it) and it.accepted == 0 for it in trace.iterations]
     for index, idle in enumerate([*passes, False]):
         if idle and run_start is None:
             run_start = index
@@ -88,14 +103,30 @@ def _on_grid(trace: Trace, values: np.ndarray, fill: object) -> np.ndarray:
     return grid.reshape(g.rows, g.cols)
 
 
+def tree_outcome(iteration: Iteration) -> list[str]:
+    """A tree pass's outcome per sequence position, as a window's would read: the accepted path's
+    positions accepted, then the token drawn after it `rejected` (resampled) where the tree's drafts
+    for that position were tested and refused, or nothing where the path ran to a leaf (that token was
+    drawn with no draft to test, as after a fully accepted window)."""
+    tree = iteration.tree
+    outcome = ["accepted"] * iteration.accepted
+    refused = any(
+        fate == "rejected" and depth == iteration.accepted + 1
+        for fate, depth in zip(tree.fate, tree.depths, strict=True)
+    )
+    return outcome + (["rejected"] if refused else [])
+
+
 def grid_state(trace: Trace, j: int) -> GridState:
-    """The grid at iteration j: committed before it, its window by fate, then pending; the cells it
-    commits are flagged (a token sampled after the window, or without drafts, shows as committed)."""
+    """The grid at iteration j: committed before it, its window (or its tree's outcome) by fate, then
+    pending; the cells it commits are flagged (a token sampled after the window, or without drafts,
+    shows as committed)."""
     it = _check_index(trace, j)
     length = len(trace.geometry.layout)
     state = np.full(length, "pending", dtype=object)
     state[: it.start] = "committed"
-    window = fates(it)[: length - it.start]  # a malformed trace may draft past the sequence
+    seen = tree_outcome(it) if it.tree is not None else fates(it)
+    window = seen[: length - it.start]  # a malformed trace may draft past the sequence
     state[it.start : it.start + len(window)] = window
     end = it.start + len(it.committed)
     state[it.start + len(window) : end] = "committed"  # sampled outside the window: no draft, no fate
@@ -108,15 +139,22 @@ def grid_state(trace: Trace, j: int) -> GridState:
     )
 
 
+def _reach(iteration: Iteration) -> int:
+    """Positions from `start` that a pass drafted: its window, or its tree's levels."""
+    if iteration.tree is not None:
+        return max(iteration.tree.depths, default=0)
+    return len(iteration.drafts)
+
+
 def acceptance_maps(trace: Trace) -> dict[str, np.ndarray]:
     """Per cell: the iteration that committed it, the length of that run, how often it was
-    drafted before being fixed (NaN for cells not committed yet)."""
+    drafted (in a window, or at any node of a tree) before being fixed (NaN for cells not committed yet)."""
     length = len(trace.geometry.layout)
     iteration = np.full(length, np.nan)
     run_length = np.full(length, np.nan)
     drafted_uncommitted = np.zeros(length + 1)  # +1 where such a span starts, -1 after it ends
     for index, it in enumerate(trace.iterations):
-        start, committed, window = it.start, len(it.committed), min(len(it.drafts), length - it.start)
+        start, committed, window = it.start, len(it.committed), min(_reach(it), length - it.start)
         iteration[start : start + committed] = index
         run_length[start : start + committed] = committed
         if window > committed:
@@ -144,6 +182,91 @@ def per_iteration(trace: Trace) -> dict[str, np.ndarray]:
         "forward_ms": np.array([it.forward_ms for it in its], dtype=float),
         "verify_ms": np.array([it.verify_ms for it in its], dtype=float),
     }
+
+
+def depth_map(trace: Trace) -> np.ndarray:
+    """Per cell, the depth inside its draft tree at which its token was accepted (PEANUT's figure 1):
+    d for the d-th node of a tree's accepted path, DRAWN_DEPTH (0) for a token the target drew (the
+    first one, and the one after each accepted path: the next tree's root), NaN where nothing is
+    committed yet. Layout slots have no cell. Only for a trace with trees."""
+    if not has_trees(trace):
+        raise ValueError(f"{trace.method} verifies no draft trees: a depth map needs a tree method's trace")
+    depth = np.full(len(trace.geometry.layout), np.nan)
+    for it in trace.iterations:
+        depth[it.start : it.start + len(it.committed)] = DRAWN_DEPTH
+        if it.tree is not None:
+            depth[it.start : it.start + it.accepted] = [it.tree.depths[node] for node in it.path]
+    return _on_grid(trace, depth, np.nan)
+
+
+def tree_shape_maps(trace: Trace) -> dict[str, np.ndarray]:
+    """Per cell, the shape the method asked of the tree whose pass committed it ("depth", "top_k") and
+    (PEANUT) the acceptance rate that chose that shape ("alpha"); NaN where no tree committed the cell
+    (the first token) or nothing is committed yet. PEANUT starts each tree from the one that committed
+    the cell to its left: this is the map it reads."""
+    length = len(trace.geometry.layout)
+    maps = {key: np.full(length, np.nan) for key in ("depth", "top_k", "alpha")}
+    for it in trace.iterations:
+        span = slice(it.start, it.start + len(it.committed))
+        for key, value in (("depth", it.tree_depth), ("top_k", it.tree_top_k), ("alpha", it.alpha)):
+            if it.tree is not None and value is not None:
+                maps[key][span] = value
+    return {key: _on_grid(trace, values, np.nan) for key, values in maps.items()}
+
+
+def per_tree(trace: Trace) -> dict[str, np.ndarray]:
+    """Per tree pass (the iterations with a tree): its iteration, `tau` the tokens it committed (the
+    accepted path and the token drawn after it, as the papers' tables count), `accepted` the path's
+    length, the `depth` and `top_k` asked for, `levels` the depth the tree reached, `size` its nodes,
+    `alpha` (NaN where the method records none) and the drafter's and the model's milliseconds."""
+    its = [(index, it) for index, it in enumerate(trace.iterations) if it.tree is not None]
+    return {
+        "iteration": np.array([index for index, _ in its], dtype=int),
+        "tau": np.array([len(it.committed) for _, it in its], dtype=int),
+        "accepted": np.array([it.accepted for _, it in its], dtype=int),
+        "depth": np.array([it.tree_depth or _reach(it) for _, it in its], dtype=int),
+        "top_k": np.array([np.nan if it.tree_top_k is None else it.tree_top_k for _, it in its], dtype=float),
+        "levels": np.array([_reach(it) for _, it in its], dtype=int),
+        "size": np.array([len(it.tree.tokens) for _, it in its], dtype=int),
+        "alpha": np.array([np.nan if it.alpha is None else it.alpha for _, it in its], dtype=float),
+        "draft_ms": np.array([it.draft_ms for _, it in its], dtype=float),
+        "forward_ms": np.array([it.forward_ms for _, it in its], dtype=float),
+    }
+
+
+def tree_layout(parents: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Where to draw a tree: (depth, slot) of the head (index 0) and of every node i (index i + 1),
+    `parents[i]` its parent (-1: the head), parents before children. Leaves take consecutive slots in
+    depth-first order, siblings in index order (the order they were tested), and a parent sits midway
+    between its first and last child, so edges never cross."""
+    children: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for node, parent in enumerate(parents):
+        children[parent + 1].append(node + 1)
+    depth = np.zeros(len(parents) + 1, dtype=int)
+    slot = np.zeros(len(parents) + 1)
+    leaves, stack = 0, [0]
+    while stack:
+        row = stack.pop()
+        for child in children[row]:
+            depth[child] = depth[row] + 1
+        if not children[row]:
+            slot[row] = leaves
+            leaves += 1
+        stack.extend(reversed(children[row]))
+    for row in reversed(range(len(parents) + 1)):  # children come after their parents
+        if children[row]:
+            slot[row] = (slot[children[row][0]] + slot[children[row][-1]]) / 2
+    return depth, slot
+
+
+def drawn_after(iteration: Iteration) -> int | None:
+    """The token the target drew after a tree's accepted path (None where the image ended with it)."""
+    return iteration.committed[-1] if len(iteration.committed) > iteration.accepted else None
+
+
+def tree_of(trace: Trace, j: int) -> DraftTree | None:
+    """Iteration j's draft tree, with a clear error for a bad j; None where it verified none."""
+    return _check_index(trace, j).tree
 
 
 def summary(trace: Trace, ar: Trace | None = None) -> dict:

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.trace import Trace
-from specviz.viz.analysis import MAP_KINDS, acceptance_maps, fates, grid_state, per_iteration, summary
+from specviz.viz.analysis import MAP_KINDS, acceptance_maps, fates, grid_state, has_trees, per_iteration, summary
 from specviz.viz.palette import LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
 TITLE_CHARS = {False: 46, True: 26}  # characters per title line that fit a half-width plot
@@ -45,6 +45,22 @@ def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool) ->
     return fig
 
 
+def message_figure(title: str, message: str, dark: bool = False, large: bool = False, height: int = 420) -> go.Figure:
+    """A figure that says, in place of a plot, why there is nothing to plot (a view of another kind of run)."""
+    fig = go.Figure()
+    fig.add_annotation(
+        text="<br>".join(textwrap.wrap(message, 2 * TITLE_CHARS[large])),
+        x=0.5,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        showarrow=False,
+    )
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _finish(fig, title, height, dark, large)
+
+
 def _state_scale(dark: bool) -> list[list]:
     """A stepped colour scale that maps state index k (0..len(STATES)-1) to that state's colour."""
     palette = colors(dark)
@@ -73,9 +89,13 @@ def _state_heatmap(states: np.ndarray, hover: np.ndarray, dark: bool, **kwargs: 
 
 
 def window_title(trace: Trace, j: int) -> str:
-    """'iteration 12/40: 5 accepted, rejected at 5' and the variants without drafts or rejection."""
+    """'iteration 12/40: 5 accepted, rejected at 5' and the variants without drafts or rejection, or
+    for a tree pass 'iteration 12/40: 59 drafts in a tree, 5 accepted, +1 drawn after them'."""
     it = trace.iterations[j]
     head = f"iteration {j}/{len(trace.iterations) - 1}"
+    if it.tree is not None:
+        drawn = ", +1 drawn after them" if len(it.committed) > it.accepted else ""
+        return f"{head}: {len(it.tree.tokens)} drafts in a tree, {it.accepted} accepted{drawn}"
     if not it.drafts:
         return f"{head}: no drafts, {len(it.committed)} token sampled"
     if it.rejected_at is None:
@@ -97,8 +117,16 @@ def _outline(cells: np.ndarray, inset: float) -> tuple[list, list]:
 
 def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -> go.Figure:
     """The Jacobi window of iteration j on the grid, and its drafts' acceptance ratios as bars, both
-    coloured by draft fate: a short bar shows why a draft was rejected."""
+    coloured by draft fate: a short bar shows why a draft was rejected. A draft-tree run has no window:
+    its iterations are drawn by `specviz.viz.trees.tree_figure`, and this figure says so."""
     grid = grid_state(trace, j)  # raises a clear IndexError for a bad j
+    if has_trees(trace):
+        return message_figure(
+            window_title(trace, j),
+            f"{trace.method} verifies a draft tree per pass, not a Jacobi window: see this iteration's draft tree.",
+            dark,
+            large,
+        )
     it = trace.iterations[j]
     g = trace.geometry
     end = it.start + len(it.committed)
@@ -235,7 +263,16 @@ def accepted_length_figure(trace: Trace, dark: bool = False, large: bool = False
 
 
 def changed_figure(trace: Trace, dark: bool = False, large: bool = False) -> go.Figure:
-    """Drafts carried into the next window whose token changed, against how many were carried."""
+    """Drafts carried into the next window whose token changed, against how many were carried; a
+    draft-tree run carries no drafts from pass to pass, and the figure says so."""
+    if has_trees(trace):
+        return message_figure(
+            f"{trace.method}: no drafts carried between passes",
+            f"{trace.method} grows a new draft tree every pass: no draft is carried into the next one, so none "
+            "can change (the SCD effect is a window methods' view).",
+            dark,
+            large,
+        )
     series = per_iteration(trace)
     palette = colors(dark)
     x = np.arange(len(trace.iterations))

@@ -1,8 +1,8 @@
 """Animation frames of a run drawn with PIL alone, for GIF and MP4 export without a browser.
 
 Each frame shows the image after iteration j next to the token grid, coloured exactly like
-`figures.window_figure`, with a caption and a legend. Frame sizes are multiples of 16 so video
-encoders take them as they are.
+`figures.window_figure` (for a draft-tree run: its accepted path and the token drawn after it), with a
+caption and a legend. Frame sizes are multiples of 16 so video encoders take them as they are.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image, ImageColor, ImageDraw, ImageFont
 
 from specviz.trace import Trace
-from specviz.viz.analysis import GridState, grid_state
+from specviz.viz.analysis import GridState, grid_state, has_trees
 from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, colors, legend_states
 
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
@@ -37,11 +37,11 @@ def _text_width(font: Font, text: str) -> int:
     return int(right - left)
 
 
-def _legend_rows(font: Font, swatch: int, width: int, shown: set[str]) -> list[list[str]]:
+def _legend_rows(font: Font, swatch: int, width: int, shown: set[str], trees: bool) -> list[list[str]]:
     """Legend entries (cell states, then the outline) flowed into rows no wider than `width`."""
     rows: list[list[str]] = [[]]
     used = 0
-    for key in (*legend_states(shown), "outline"):
+    for key in (*legend_states(shown, trees), "outline"):
         item = swatch + 4 + _text_width(font, LABELS.get(key, NOW_LABEL)) + 2 * swatch
         if rows[-1] and used + item > width:
             rows.append([])
@@ -97,7 +97,7 @@ def frame(trace: Trace, j: int, image: Image.Image | None, scale: int = 16, dark
         f"iteration {j}/{len(trace.iterations) - 1}  tokens {it.start + len(it.committed)}/{len(g.layout)}  NFE {j + 1}"
     )
     content = max(2 * panel[0] + pad, _text_width(font, caption))
-    legend = _legend_rows(font, swatch, content, set(grid.state.flat))
+    legend = _legend_rows(font, swatch, content, set(grid.state.flat), has_trees(trace))
     top = pad + line
     legend_top = top + panel[1] + pad
     canvas = Image.new(

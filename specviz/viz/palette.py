@@ -22,8 +22,14 @@ STATES = ("committed", "pending", *FATES)  # every colour a grid cell can take, 
 OPTIONAL_STATES = ("reset",)  # only a non-default option produces these: in a legend only when shown
 
 
-def legend_states(shown: set[str]) -> list[str]:
-    """The states a legend lists: all but the optional ones that are not on screen."""
+TREE_STATES = ("committed", "pending", "accepted", "rejected")  # what a tree pass leaves on the grid
+
+
+def legend_states(shown: set[str], trees: bool = False) -> list[str]:
+    """The states a legend lists: all but the optional ones that are not on screen; for a draft-tree
+    run only those a tree pass can leave (its path accepted, the token after it resampled or committed)."""
+    if trees:
+        return list(TREE_STATES)
     return [state for state in STATES if state not in OPTIONAL_STATES or state in shown]
 
 

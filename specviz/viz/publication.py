@@ -26,7 +26,18 @@ from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
 from specviz.trace import Iteration, Trace
-from specviz.viz.analysis import acceptance_maps, fates, grid_state, per_iteration, summary, tokens_through
+from specviz.viz import analysis
+from specviz.viz.analysis import (
+    acceptance_maps,
+    fates,
+    grid_state,
+    has_trees,
+    per_iteration,
+    per_tree,
+    summary,
+    tokens_through,
+    tree_shape_maps,
+)
 from specviz.viz.figures import window_title
 from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, lightness
 
@@ -142,17 +153,13 @@ class Need:
     present: Callable[[Trace], bool]
 
 
-def _records_draft_trees(trace: Trace) -> bool:
-    """Trace version 2 records no draft trees; tree methods (issue 12) add them."""
-    return False
-
-
 def _records_continuous_tokens(trace: Trace) -> bool:
     """Trace version 2 records no continuous tokens; continuous models (issue 13) add them."""
     return False
 
 
-DRAFT_TREES = Need("draft trees", _records_draft_trees)
+DRAFT_TREES = Need("draft trees", has_trees)
+WINDOWS = Need("Jacobi windows", lambda trace: not has_trees(trace))  # a tree run's passes are trees
 CONTINUOUS_TOKENS = Need("continuous-token records", _records_continuous_tokens)
 
 
@@ -283,6 +290,39 @@ MAP_PANELS = (
 )
 
 
+def _draw_map(
+    fig: Figure,
+    ax: Axes,
+    trace: Trace,
+    values: np.ndarray,
+    panel_in: float,
+    setting: Setting,
+    extend: str = "neither",
+    **colouring: object,
+) -> mpl.colorbar.Colorbar:
+    """One per-cell map over the grid, coloured as `colouring` (cmap, norm) says, with its colour bar
+    below (`extend="min"` shows the colour map's under colour); the caller labels the bar and its ticks."""
+    g = trace.geometry
+    gap = _cell_gap(panel_in, g.cols)
+    mesh = ax.pcolormesh(
+        np.arange(g.cols + 1) - 0.5,
+        np.arange(g.rows + 1) - 0.5,
+        np.ma.masked_invalid(values),
+        **colouring,
+        **(
+            {"edgecolor": BACKGROUND[setting.style.dark], "linewidth": 2 * gap * 72 * panel_in / g.cols}
+            if gap
+            else _seams(gap)
+        ),
+    )
+    _bare_grid_axes(ax, g.rows, g.cols)
+    bar = fig.colorbar(mesh, ax=ax, location="bottom", fraction=0.08, pad=0.03, aspect=12, extend=extend)
+    bar.solids.set_rasterized(False)  # matplotlib rasterizes colour bars of 50 levels or more, and
+    bar.solids.set_edgecolor("face")  # PDF viewers draw seams between their quads unless each is stroked
+    bar.outline.set_linewidth(setting.style.line_pt * 0.6)
+    return bar
+
+
 def acceptance_map(trace: Trace, setting: Setting) -> Figure:
     """Per cell: the iteration that committed it, how many tokens that pass committed, and how often
     it was drafted before being fixed; cells not committed yet take the 'pending' colour."""
@@ -294,27 +334,62 @@ def acceptance_map(trace: Trace, setting: Setting) -> Figure:
     fig = _new_figure(setting, height, f"{trace.method}: acceptance map")
     axes = fig.subplots(1, 3)
     colormap = mpl.colormaps["cividis"].with_extremes(bad=setting.palette["pending"])
-    gap = _cell_gap(panel_in, g.cols)
     for ax, (kind, label) in zip(axes, MAP_PANELS, strict=True):
-        values = np.ma.masked_invalid(maps[kind])
-        mesh = ax.pcolormesh(
-            np.arange(g.cols + 1) - 0.5,
-            np.arange(g.rows + 1) - 0.5,
-            values,
-            cmap=colormap,
-            **(
-                {"edgecolor": BACKGROUND[setting.style.dark], "linewidth": 2 * gap * 72 * panel_in / g.cols}
-                if gap
-                else _seams(gap)
-            ),
-        )
-        _bare_grid_axes(ax, g.rows, g.cols)
-        bar = fig.colorbar(mesh, ax=ax, location="bottom", fraction=0.08, pad=0.03, aspect=12)
-        bar.solids.set_rasterized(False)  # matplotlib rasterizes colour bars of 50 levels or more, and
-        bar.solids.set_edgecolor("face")  # PDF viewers draw seams between their quads unless each is stroked
-        bar.outline.set_linewidth(setting.style.line_pt * 0.6)
+        bar = _draw_map(fig, ax, trace, maps[kind], panel_in, setting, cmap=colormap)
         bar.locator = MaxNLocator(nbins=3, integer=True)
         bar.update_ticks()
+        bar.set_label(label, linespacing=1.0)
+    return fig
+
+
+def depth_map(trace: Trace, setting: Setting) -> Figure:
+    """PEANUT's figure 1: per cell, the depth inside its draft tree at which its token was accepted
+    (viridis, brighter deeper), the tokens the target drew (the first, and the one after each accepted
+    path: depth 0) in the grey of committed cells, shown as the colour bar's lower end."""
+    g = trace.geometry
+    depths = analysis.depth_map(trace)
+    f = setting.style.font_in
+    panel_in = min(setting.width_in - 2 * f, 0.62 * setting.width_in + 2 * f)
+    height = panel_in * g.rows / g.cols + 6.2 * f + _title_space(setting)
+    fig = _new_figure(setting, height, f"{trace.method}: depth at which each token was accepted")
+    ax = fig.subplots()
+    deepest = max(int(np.nanmax(depths)) if not np.isnan(depths).all() else 1, 1)
+    colormap = mpl.colormaps["viridis"].resampled(deepest)
+    colormap = colormap.with_extremes(under=setting.palette["committed"], bad=setting.palette["pending"])
+    norm = mpl.colors.BoundaryNorm(np.arange(deepest + 1) + 0.5, deepest)
+    bar = _draw_map(fig, ax, trace, depths, panel_in, setting, "min", cmap=colormap, norm=norm)
+    bar.locator = MaxNLocator(nbins=8, integer=True)
+    bar.update_ticks()
+    bar.minorticks_off()
+    bar.set_label("depth in its draft tree\n(grey: drawn by the target, depth 0)", linespacing=1.0)
+    return fig
+
+
+SHAPE_PANELS = (("depth", "tree depth asked"), ("top_k", "tree top-k asked"))
+
+
+def tree_shapes(trace: Trace, setting: Setting) -> Figure:
+    """Per cell, the depth and top-k asked of the tree that committed it (PEANUT's adaptive shapes;
+    EAGLE-2's are one shape everywhere, which the title says and the one-value colour bars show)."""
+    g = trace.geometry
+    maps = tree_shape_maps(trace)
+    f = setting.style.font_in
+    panel_in = (setting.width_in - 3 * f) / 2
+    height = panel_in * g.rows / g.cols + 6.2 * f + _title_space(setting)
+    series = per_tree(trace)
+    fixed = len(set(series["depth"].tolist())) == 1 and len(set(series["top_k"].tolist())) == 1
+    title = f"{trace.method}: tree shape per cell" + (" (fixed: the same everywhere)" if fixed else "")
+    fig = _new_figure(setting, height, title)
+    colormap = mpl.colormaps["cividis"].with_extremes(bad=setting.palette["pending"])
+    for ax, (key, label) in zip(fig.subplots(1, 2), SHAPE_PANELS, strict=True):
+        values = maps[key]
+        shown = values[~np.isnan(values)]
+        low, high = (shown.min(), shown.max()) if shown.size else (0, 1)
+        norm = mpl.colors.Normalize(low - 0.5, high + 0.5)
+        bar = _draw_map(fig, ax, trace, values, panel_in, setting, cmap=colormap, norm=norm)
+        bar.locator = MaxNLocator(nbins=4, integer=True)
+        bar.update_ticks()
+        bar.minorticks_off()
         bar.set_label(label, linespacing=1.0)
     return fig
 
@@ -414,25 +489,36 @@ def _draw_ratios(ax: Axes, it: Iteration, setting: Setting) -> None:
 
 def iterations(trace: Trace, setting: Setting) -> Figure:
     """Per iteration: tokens committed and drafts accepted (how far each pass got), and drafts carried
-    into the next window against those of them whose token changed (what SCD reduces)."""
+    into the next window against those of them whose token changed (what SCD reduces); for a draft-tree
+    run, which carries no drafts, the depth and top-k asked of each tree instead (PEANUT's controller)."""
     series = per_iteration(trace)
+    trees = per_tree(trace) if has_trees(trace) else None
     f = setting.style.font_in
     x = np.arange(len(trace.iterations))
     mean = len(trace.tokens) / max(len(trace.iterations), 1)
-    title = f"{trace.method}: {mean:.2f} tokens per iteration, {int(series['changed'].sum())} draft changes"
+    if trees is None:
+        title = f"{trace.method}: {mean:.2f} tokens per iteration, {int(series['changed'].sum())} draft changes"
+    else:
+        title = f"{trace.method}: mean tau {trees['tau'].mean():.2f} per tree pass"
     height = 0.56 * setting.width_in + 7.5 * f + _title_space(setting)
     fig = _new_figure(setting, height, title)
     top, bottom = fig.subplots(2, 1, sharex=True)
     palette = setting.palette
     step = {"step": "mid", "linewidth": 0}
-    top.fill_between(x, series["committed"], color=palette["committed"], label="tokens committed", **step)
+    committed = "tokens committed" if trees is None else "tau (tokens committed)"
+    top.fill_between(x, series["committed"], color=palette["committed"], label=committed, **step)
     accepted = top.fill_between(x, series["accepted"], color=palette["accepted"], label="drafts accepted", **step)
     _mark_patches([accepted], ["accepted"], setting)
-    changed = bottom.fill_between(x, series["changed"], color=palette["redrawn"], label="drafts changed", **step)
-    _mark_patches([changed], ["redrawn"], setting)
-    bottom.step(x, series["carried"], where="mid", color=OKABE_ITO["blue"], label="drafts carried on")
+    if trees is None:
+        changed = bottom.fill_between(x, series["changed"], color=palette["redrawn"], label="drafts changed", **step)
+        _mark_patches([changed], ["redrawn"], setting)
+        bottom.step(x, series["carried"], where="mid", color=OKABE_ITO["blue"], label="drafts carried on")
+        bottom.set_ylabel("drafts")
+    else:
+        bottom.step(trees["iteration"], trees["depth"], where="mid", color=OKABE_ITO["blue"], label="depth")
+        bottom.step(trees["iteration"], trees["top_k"], where="mid", color=OKABE_ITO["orange"], label="top-k")
+        bottom.set_ylabel("tree asked")
     top.set_ylabel("tokens")
-    bottom.set_ylabel("drafts")
     bottom.set_xlabel("iteration")
     for ax in (top, bottom):
         ax.set_ylim(0, max(ax.get_ylim()[1], 1))  # an AR run drafts nothing: keep a scale of whole drafts
@@ -558,7 +644,7 @@ def comparison(traces: Sequence[Trace], setting: Setting) -> Figure:
 
 FIGURES = (
     FigureKind("acceptance-map", "acceptance map", per_trace=True, draw=acceptance_map),
-    FigureKind("window", "window at an iteration", per_trace=True, draw=window, at_iteration=True),
+    FigureKind("window", "window at an iteration", per_trace=True, needs=WINDOWS, draw=window, at_iteration=True),
     FigureKind("iterations", "accepted length and drafts changed per iteration", per_trace=True, draw=iterations),
     FigureKind(
         "comparison",
@@ -567,8 +653,8 @@ FIGURES = (
         draw=comparison,
         notes=comparison_notes,
     ),
-    FigureKind("depth-map", "draft-tree depth map", per_trace=True, needs=DRAFT_TREES),
-    FigureKind("tree-shapes", "per-tree (depth, top-k) maps", per_trace=True, needs=DRAFT_TREES),
+    FigureKind("depth-map", "draft-tree depth map", per_trace=True, needs=DRAFT_TREES, draw=depth_map),
+    FigureKind("tree-shapes", "per-tree (depth, top-k) maps", per_trace=True, needs=DRAFT_TREES, draw=tree_shapes),
     FigureKind(
         "token-acceptance", "per-token acceptance and log density ratio", per_trace=True, needs=CONTINUOUS_TOKENS
     ),
@@ -669,3 +755,15 @@ def write_figures(
                 suffix = f"-{shown_iteration(trace, iteration)}" if kind.at_iteration else ""
                 result.files += _save(kind.draw(trace, setting), out, f"{stem}-{kind.name}{suffix}", formats, chosen)
     return result
+
+
+def write_figure(name: str, trace: Trace, out: Path, stem: str, kind: str = "png", style: str = "slides") -> Path:
+    """One per-trace figure of FIGURES as one file `out/stem.kind`, such as the depth map that `run`
+    writes beside a tree run's image (slides style: titled, legible at a glance)."""
+    figure = next(figure for figure in FIGURES if figure.name == name)
+    if figure.draw is None or not figure.per_trace or (figure.needs and not figure.needs.present(trace)):
+        raise FigureOptionError(f"the {figure.title} cannot be drawn from a {trace.method} trace")
+    chosen = STYLES[style]
+    with _DRAWING, mpl.rc_context(chosen.rc()):
+        (path,) = _save(figure.draw(trace, Setting(chosen, chosen.width_in, None, None)), out, stem, [kind], chosen)
+    return path

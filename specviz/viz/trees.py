@@ -1,0 +1,371 @@
+"""Plotly figures of draft-tree runs (eagle2, peanut): the tree of one pass, the depth map, the tree
+shapes over the grid, and tau per pass.
+
+Pure functions of a Trace like `specviz.viz.figures`, with its theme and fate colours. Given a window
+method's trace they say, in place of a plot, that the view belongs to tree methods.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specviz.trace import Trace
+from specviz.viz.analysis import (
+    DRAWN_DEPTH,
+    acceptance_maps,
+    cell_of_position,
+    depth_map,
+    drawn_after,
+    grid_state,
+    has_trees,
+    per_tree,
+    tree_layout,
+    tree_of,
+    tree_shape_maps,
+)
+from specviz.viz.figures import _finish, _outline, message_figure, window_title
+from specviz.viz.palette import NOW_LABEL, OKABE_ITO, colors
+
+# how each kind of node is drawn: colour key in palette.colors, marker symbol (so fates differ in grey
+# too), legend label
+NODES = {
+    "head": ("committed", "circle", "head (decided before the pass)"),
+    "accepted": ("accepted", "circle", "accepted"),
+    "rejected": ("rejected", "square", "rejected"),
+    "untested": ("pending", "circle", "untested"),
+    "drawn": ("committed", "diamond", "drawn by the target after the path"),
+}
+FATE_TEXT = {
+    "accepted": "accepted: on the path",
+    "rejected": "tested and rejected",
+    "untested": "untested: a sibling was accepted before it, or its parent was not reached",
+}
+DRAWN_LABEL = "drawn by the target (depth 0)"
+LEGEND_BELOW = {"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0.5, "xanchor": "center"}
+SLOT_PIXELS = 30  # vertical room per leaf of a drawn tree: enough for a token label above a node
+TREE_MARGINS = 300  # pixels of a tree figure outside its plot: title, axis, legend
+
+
+def _not_a_tree_run(trace: Trace, title: str, dark: bool, large: bool) -> go.Figure:
+    return message_figure(
+        title,
+        f"{trace.method} verifies a Jacobi window, not draft trees: this view is for tree methods (eagle2, peanut).",
+        dark,
+        large,
+    )
+
+
+def _grid_axes(fig: go.Figure, trace: Trace, row: int | None = None, col: int | None = None, anchor: str = "x") -> None:
+    """Square cells, row 0 on top, as the acceptance maps draw the grid."""
+    g = trace.geometry
+    where = {} if row is None else {"row": row, "col": col}
+    fig.update_xaxes(showgrid=False, zeroline=False, range=[-0.5, g.cols - 0.5], constrain="domain", **where)
+    fig.update_yaxes(
+        showgrid=False, zeroline=False, range=[g.rows - 0.5, -0.5], scaleanchor=anchor, constrain="domain", **where
+    )
+
+
+def _position_text(trace: Trace) -> np.ndarray:
+    """'row r, column c (position p)' of every grid cell."""
+    g = trace.geometry
+    cells = cell_of_position(trace)
+    position = np.zeros(g.rows * g.cols, dtype=int)
+    position[cells[cells >= 0]] = np.flatnonzero(cells >= 0)
+    return np.array(
+        [f"row {c // g.cols}, column {c % g.cols} (position {position[c]})" for c in range(g.rows * g.cols)],
+        dtype=object,
+    ).reshape(g.rows, g.cols)
+
+
+def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -> go.Figure:
+    """The draft tree iteration j verified: nodes laid out by depth (each depth drafts one sequence
+    position), edges to their parents, coloured by fate, the accepted path drawn thick from the head
+    down to the token the target drew after it; hover shows each node's token, draft confidence and
+    target probability."""
+    tree = tree_of(trace, j)  # raises a clear IndexError for a bad j
+    title = f"{trace.method}, {window_title(trace, j)}"
+    if not has_trees(trace):
+        return _not_a_tree_run(trace, title, dark, large)
+    it = trace.iterations[j]
+    if tree is None:
+        return message_figure(title, "This token was drawn from the prefill's distribution: no tree.", dark, large)
+    palette = colors(dark)
+    drawn = drawn_after(it)
+    parents = tree.parents + ([it.path[-1] if it.path else -1] if drawn is not None else [])
+    depth, slot = tree_layout(parents)
+    kind = ["head", *tree.fate] + (["drawn"] if drawn is not None else [])
+    cells = cell_of_position(trace)
+    g = trace.geometry
+
+    def where(d: int) -> str:
+        position = it.start + d - 1
+        cell = cells[position]
+        return f"position {position}, " + (
+            f"row {cell // g.cols}, column {cell % g.cols}" if cell >= 0 else "a layout slot"
+        )
+
+    head_position = it.start - 1
+    hover = [f"head: token {trace.tokens[head_position]} at position {head_position}, decided before this pass"]
+    for node, (token, d, q, p, fate) in enumerate(
+        zip(tree.tokens, tree.depths, tree.confidence, tree.p_target, tree.fate, strict=True)
+    ):
+        hover.append(
+            f"node {node}: token {token}<br>depth {d}: {where(d)}<br>draft confidence q {q:.3f}<br>"
+            f"target p(x | ancestors) {p:.3f}<br>{FATE_TEXT[fate]}"
+        )
+    if drawn is not None:
+        refused = it.accepted + 1 in {d for d, f in zip(tree.depths, tree.fate, strict=True) if f == "rejected"}
+        how = "from what its refused siblings left of p" if refused else "from p (the path reached a leaf)"
+        hover.append(f"token {drawn} drawn {how}<br>depth {it.accepted + 1}: {where(it.accepted + 1)}")
+
+    fig = go.Figure()
+    edge_x: list = []
+    edge_y: list = []
+    for row, parent in enumerate(parents, start=1):
+        if kind[row] != "drawn":
+            edge_x += [depth[parent + 1], depth[row], None]
+            edge_y += [slot[parent + 1], slot[row], None]
+    fig.add_trace(
+        go.Scatter(
+            x=edge_x,
+            y=edge_y,
+            mode="lines",
+            line={"color": palette["committed"], "width": 1},
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
+    path_rows = [0] + [node + 1 for node in it.path]
+    fig.add_trace(
+        go.Scatter(
+            x=depth[path_rows],
+            y=slot[path_rows],
+            mode="lines",
+            line={"color": palette["accepted"], "width": 4},
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
+    if drawn is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[depth[path_rows[-1]], depth[-1]],
+                y=[slot[path_rows[-1]], slot[-1]],
+                mode="lines",
+                line={"color": palette["outline"], "width": 2, "dash": "dot"},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+    size = 16 if large else 11
+    leaves = int(slot.max()) + 1
+    height = max(480, min(1200, SLOT_PIXELS * leaves + TREE_MARGINS))
+    # the path's tokens are written by their nodes where the tree leaves room, else shown on hover only
+    labelled = {"head", "accepted", "drawn"} if height - TREE_MARGINS >= SLOT_PIXELS * leaves else set()
+    tokens = [trace.tokens[head_position], *tree.tokens] + ([drawn] if drawn is not None else [])
+    for name, (color, symbol, label) in NODES.items():
+        rows = [row for row, k in enumerate(kind) if k == name]
+        if not rows:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=depth[rows],
+                y=slot[rows],
+                mode="markers+text" if name in labelled else "markers",
+                text=[str(tokens[row]) for row in rows] if name in labelled else None,
+                textposition="middle right" if name == "drawn" else "top center",
+                marker={
+                    "color": palette[color],
+                    "symbol": symbol,
+                    "size": size * (1.3 if name in ("head", "drawn") else 1),
+                    "line": {"color": palette["outline"], "width": 1},
+                },
+                customdata=[hover[row] for row in rows],
+                hovertemplate="%{customdata}<extra></extra>",
+                name=label,
+            )
+        )
+    top = int(depth.max())
+    ticks = list(range(top + 1))
+    fig.update_xaxes(
+        range=[-0.5, top + 0.9],  # room for the label right of the drawn token
+        tickvals=ticks,
+        ticktext=["head"] + [f"{d}" for d in ticks[1:]],
+        title=f"depth in the tree (depth d drafts position {it.start} + d - 1)",
+        showgrid=False,
+        zeroline=False,
+    )
+    fig.update_yaxes(range=[leaves - 0.5, -1], visible=False)
+    fig.update_layout(legend=LEGEND_BELOW)
+    shape = f"asked: depth {it.tree_depth}, top-k {it.tree_top_k}" if it.tree_depth is not None else ""
+    if it.alpha is not None:
+        shape += f", set by alpha {it.alpha:.2f}"
+    fig = _finish(fig, f"{title}<br>{shape}" if shape else title, height, dark, large)
+    return fig.update_layout(margin={"b": 150 if large else 110})
+
+
+def depth_map_figure(trace: Trace, j: int | None = None, dark: bool = False, large: bool = False) -> go.Figure:
+    """PEANUT's figure 1: per cell, the depth inside its draft tree at which its token was accepted
+    (brighter: deeper), cells the target drew in grey; with j, the cells iteration j committed outlined.
+    Viridis, not the acceptance maps' Cividis, whose middle is the grey of the drawn cells."""
+    title = f"{trace.method}: depth in its draft tree at which each token was accepted"
+    if not has_trees(trace):
+        return _not_a_tree_run(trace, title, dark, large)
+    depths = depth_map(trace)
+    committed_at = acceptance_maps(trace)["iteration"]
+    deepest = max(int(np.nanmax(depths)) if not np.isnan(depths).all() else 1, 1)
+    where = _position_text(trace)
+    hover = np.empty(depths.shape, dtype=object)
+    for (r, c), d in np.ndenumerate(depths):
+        if np.isnan(d):
+            hover[r, c] = f"{where[r, c]}<br>not generated yet"
+        elif d == DRAWN_DEPTH:
+            k = int(committed_at[r, c])
+            how = f"drawn by the target after iteration {k}'s path" if k else "the first token, drawn from the prefill"
+            hover[r, c] = f"{where[r, c]}<br>{how}"
+        else:
+            hover[r, c] = f"{where[r, c]}<br>accepted at depth {int(d)} of iteration {int(committed_at[r, c])}'s tree"
+    palette = colors(dark)
+    drawn = np.where(depths == DRAWN_DEPTH, 0.0, np.nan)
+    accepted = np.where(depths > DRAWN_DEPTH, depths, np.nan)
+    step = max(1, math.ceil(deepest / 8))
+    fig = go.Figure(
+        [
+            go.Heatmap(
+                z=drawn,
+                colorscale=[[0, palette["committed"]], [1, palette["committed"]]],
+                showscale=False,
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+                xgap=1,
+                ygap=1,
+                name="drawn",
+            ),
+            go.Heatmap(
+                z=accepted,
+                zmin=0.5,
+                zmax=deepest + 0.5,
+                colorscale="Viridis",
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+                xgap=1,
+                ygap=1,
+                name="depth",
+                colorbar={"title": {"text": "accepted<br>at depth"}, "tickvals": list(range(1, deepest + 1, step))},
+            ),
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker={"symbol": "square", "size": 14, "color": palette["committed"]},
+                name=DRAWN_LABEL,
+            ),
+        ]
+    )
+    if j is not None:
+        x, y = _outline(np.argwhere(grid_state(trace, j).now), inset=0.08)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="lines",
+                line={"color": palette["outline"], "width": 3},
+                hoverinfo="skip",
+                name=f"{NOW_LABEL} ({j})",
+            )
+        )
+    _grid_axes(fig, trace)
+    fig.update_layout(legend=LEGEND_BELOW)
+    return _finish(fig, title, 640, dark, large).update_layout(margin={"b": 140 if large else 100})
+
+
+def tree_shape_figure(trace: Trace, dark: bool = False, large: bool = False) -> go.Figure:
+    """Per cell, the depth and top-k asked of the tree that committed it: PEANUT's adaptive shapes (it
+    starts each tree from the one that committed the cell to its left); EAGLE-2's are one fixed shape,
+    which the title says."""
+    if not has_trees(trace):
+        return _not_a_tree_run(trace, f"{trace.method}: draft-tree shapes", dark, large)
+    maps = tree_shape_maps(trace)
+    series = per_tree(trace)
+    depths, top_ks = set(series["depth"].tolist()), set(series["top_k"].tolist())
+    if len(depths) == 1 and len(top_ks) == 1:
+        title = (
+            f"{trace.method}: every tree asks depth {depths.pop()} and top-k {int(top_ks.pop())}: a fixed shape, "
+            "the same over the whole grid"
+        )
+    else:
+        title = f"{trace.method}: depth and top-k asked of the tree that committed each cell"
+    where = _position_text(trace)
+    committed_at = acceptance_maps(trace)["iteration"]
+    hover = np.empty(where.shape, dtype=object)
+    for (r, c), d in np.ndenumerate(maps["depth"]):
+        if np.isnan(d):
+            hover[r, c] = f"{where[r, c]}<br>" + ("the first token, no tree" if committed_at[r, c] == 0 else "pending")
+            continue
+        hover[r, c] = (
+            f"{where[r, c]}<br>iteration {int(committed_at[r, c])}'s tree: depth {int(d)}, "
+            f"top-k {int(maps['top_k'][r, c])}"
+        )
+        if not np.isnan(maps["alpha"][r, c]):
+            hover[r, c] += f"<br>set by alpha {maps['alpha'][r, c]:.2f} of the neighbouring tree"
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("tree depth", "tree top-k"), horizontal_spacing=0.16)
+    for col, key, bar_x in ((1, "depth", 0.42), (2, "top_k", 1.0)):
+        values = maps[key]
+        shown = values[~np.isnan(values)]
+        low, high = (shown.min(), shown.max()) if shown.size else (0, 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=values,
+                zmin=low - 0.5,
+                zmax=high + 0.5,
+                colorscale="Cividis",
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+                xgap=1,
+                ygap=1,
+                colorbar={
+                    "x": bar_x,
+                    "len": 0.8,
+                    "thickness": 14,
+                    "tick0": low,
+                    "dtick": max(1, math.ceil((high - low) / 5)),
+                },
+            ),
+            row=1,
+            col=col,
+        )
+        _grid_axes(fig, trace, 1, col, "x" if col == 1 else "x2")
+    return _finish(fig, title, 460, dark, large)
+
+
+def tau_figure(trace: Trace, dark: bool = False, large: bool = False) -> go.Figure:
+    """tau per tree pass, the tokens it committed (its accepted path and the token the target drew after
+    it, as the papers' tables count), the path alone, and the depth asked, which bounds tau by depth + 1."""
+    if not has_trees(trace):
+        return _not_a_tree_run(trace, f"{trace.method}: tau per tree pass", dark, large)
+    series = per_tree(trace)
+    palette = colors(dark)
+    x = series["iteration"]
+    fig = go.Figure(
+        [
+            go.Bar(x=x, y=series["tau"], name="tau (tokens committed)", marker_color=palette["committed"]),
+            go.Bar(x=x, y=series["accepted"], name="drafts accepted", marker_color=palette["accepted"], width=0.5),
+            go.Scatter(
+                x=x,
+                y=series["depth"],
+                name="depth asked",
+                mode="lines",
+                line={"color": OKABE_ITO["blue"], "shape": "hvh", "width": 2},
+            ),
+        ]
+    )
+    fig.update_layout(barmode="overlay", legend=LEGEND_BELOW)
+    fig.update_xaxes(title="iteration")
+    fig.update_yaxes(title="tokens")
+    mean = float(series["tau"].mean()) if len(x) else 0.0
+    fig = _finish(fig, f"{trace.method}: mean tau {mean:.2f} over {len(x)} tree passes", 480, dark, large)
+    return fig.update_layout(margin={"b": 150 if large else 120})

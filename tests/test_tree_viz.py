@@ -1,0 +1,297 @@
+"""The draft-tree views (depth map, tree shapes, the tree of one pass, tau) on a real eagle2 and peanut
+run of the embedded model and on a hand-made tree trace whose numbers are worked out below; every other
+view, app and CLI output given a tree trace.
+
+The hand-made trace: a 1x4 grid whose sequence has a forced layout token (9) at position 2, so cells
+0..3 are positions 0, 1, 3, 4; two tree passes after the first token.
+
+    it  start  tree (token, parent)                       path    committed  what the grid shows
+    0   0      -                                          -       [1]        the prefill's token
+    1   1      0:(2,-1) 1:(3,-1) 2:(9,0) 3:(4,2) 4:(5,2)  [0, 2]  [2, 9, 6]  2 and 9 (no cell) accepted;
+                                                                             4, 5 refused: 6 resampled
+    2   4      0:(7,-1)                                   [0]     [7]        7 accepted; the image ends
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from PIL import Image
+
+import specviz
+from specviz import bench as bench_module
+from specviz.bench import bench
+from specviz.cli import main
+from specviz.decoding import run
+from specviz.trace import DraftTree, Iteration, Trace, TraceGeometry, TraceSampling
+from specviz.viz import (
+    acceptance_map_figure,
+    acceptance_maps,
+    accepted_length_figure,
+    cell_of_position,
+    changed_figure,
+    colors,
+    depth_map,
+    depth_map_figure,
+    frame,
+    grid_state,
+    per_tree,
+    race_figure,
+    stalls,
+    tau_figure,
+    tree_figure,
+    tree_layout,
+    tree_shape_figure,
+    tree_shape_maps,
+    window_figure,
+)
+from specviz.viz.figures import window_title
+from specviz.viz.palette import legend_states
+from specviz.viz.publication import write_figures
+from specviz.viz.trees import NODES
+
+EXAMPLES = Path(specviz.__file__).parent / "data" / "examples"
+
+
+def _tree_pass(start, nodes, path, committed, depth, top_k, alpha=None) -> Iteration:
+    tokens, parents = [t for t, _ in nodes], [p for _, p in nodes]
+    depths = []
+    for parent in parents:
+        depths.append(1 if parent < 0 else depths[parent] + 1)
+    partial = DraftTree.model_construct(tokens=tokens, parents=parents, depths=depths)
+    tree = DraftTree(
+        tokens=tokens,
+        parents=parents,
+        depths=depths,
+        confidence=[0.5] * len(nodes),
+        p_target=[0.25] * len(nodes),
+        fate=partial.fates_of(path),
+    )
+    return Iteration(
+        start=start,
+        tree=tree,
+        path=path,
+        accepted=len(path),
+        committed=committed,
+        tree_depth=depth,
+        tree_top_k=top_k,
+        alpha=alpha,
+        forward_ms=10.0,
+        draft_ms=1.0,
+    )
+
+
+@pytest.fixture(scope="module")
+def small() -> Trace:
+    iterations = [
+        Iteration(start=0, committed=[1], forward_ms=0.0),
+        _tree_pass(1, [(2, -1), (3, -1), (9, 0), (4, 2), (5, 2)], [0, 2], [2, 9, 6], 3, 2),
+        _tree_pass(4, [(7, -1)], [0], [7], 3, 3, alpha=0.5),
+    ]
+    return Trace(
+        model="synthetic",
+        method="peanut",
+        lossless=True,
+        prompt="test",
+        seed=0,
+        sampling=TraceSampling(temperature=1.0, top_k=None, top_p=1.0, guidance_scale=0.0),
+        geometry=TraceGeometry(rows=1, cols=4, vocab_size=10, layout=[-1, -1, 9, -1, -1]),
+        tokens=[1, 2, 9, 6, 7],
+        nfe=3,
+        seconds=0.1,
+        iterations=iterations,
+    )
+
+
+@pytest.fixture(scope="module")
+def peanut_trace(tiny) -> Trace:
+    return run(tiny, "peanut", "red apple", 0)
+
+
+@pytest.fixture(scope="module")
+def sjd() -> Trace:
+    return Trace.load(EXAMPLES / "red-apple-sjd.json")
+
+
+def test_the_small_trace_is_the_one_in_the_docstring(small):
+    assert [it.tree.fate for it in small.iterations[1:]] == [
+        ["accepted", "untested", "accepted", "rejected", "rejected"],
+        ["accepted"],
+    ]
+
+
+def test_numbers_of_the_small_trace(small):
+    assert depth_map(small).tolist() == [[0, 1, 0, 1]]  # the layout slot accepted at depth 2 has no cell
+    assert grid_state(small, 1).state.tolist() == [["committed", "accepted", "rejected", "pending"]]
+    assert grid_state(small, 2).state.tolist() == [["committed", "committed", "committed", "accepted"]]
+    shapes = tree_shape_maps(small)
+    assert np.array_equal(shapes["depth"], [[np.nan, 3, 3, 3]], equal_nan=True)
+    assert np.array_equal(shapes["top_k"], [[np.nan, 2, 2, 3]], equal_nan=True)
+    assert np.array_equal(shapes["alpha"], [[np.nan, np.nan, np.nan, 0.5]], equal_nan=True)
+    series = per_tree(small)
+    assert series["tau"].tolist() == [3, 1] and series["accepted"].tolist() == [2, 1]
+    assert series["levels"].tolist() == [3, 1] and series["size"].tolist() == [5, 1]
+    assert acceptance_maps(small)["redraws"].tolist() == [[0, 0, 0, 0]]  # each tree committed all it reached
+    assert window_title(small, 1) == "iteration 1/2: 5 drafts in a tree, 2 accepted, +1 drawn after them"
+
+
+def test_tree_layout_puts_leaves_in_order_and_parents_between_their_children():
+    depth, slot = tree_layout([-1, -1, 0, 0])  # the head, then nodes 0..3
+    assert depth.tolist() == [0, 1, 1, 2, 2]
+    assert slot.tolist() == [1.25, 0.5, 2.0, 0.0, 1.0]
+
+
+def test_depth_map_is_the_depth_of_each_accepted_path(eagle2_trace):
+    """Recomputed from the paths: the k-th committed token of a pass sits at depth k + 1 of its tree
+    while k < accepted, and the token drawn after the path (or the prefill's) at 0."""
+    trace = eagle2_trace
+    expected = np.full(len(trace.tokens), -1)
+    for it in trace.iterations:
+        for k in range(len(it.committed)):
+            expected[it.start + k] = it.tree.depths[it.path[k]] if k < it.accepted else 0
+            assert k >= it.accepted or it.tree.depths[it.path[k]] == k + 1
+    cells = cell_of_position(trace)
+    depths = depth_map(trace)
+    assert np.array_equal(depths.ravel()[cells[cells >= 0]], expected[cells >= 0])
+    assert (depths >= 1).sum() == sum(it.accepted for it in trace.iterations) > 0
+    assert depths.max() <= trace.params["tree_depth"]
+
+
+def test_redraws_count_the_trees_that_drafted_a_cell_without_committing_it(eagle2_trace):
+    trace = eagle2_trace
+    drafted = np.zeros(len(trace.tokens))
+    for it in trace.iterations:
+        reached = max(it.tree.depths, default=0) if it.tree is not None else 0
+        drafted[it.start + len(it.committed) : it.start + reached] += 1
+    cells = cell_of_position(trace)
+    redraws = acceptance_maps(trace)["redraws"]
+    assert np.array_equal(redraws.ravel()[cells[cells >= 0]], drafted[cells >= 0]) and redraws.max() > 0
+
+
+def test_shape_maps_show_the_tree_that_committed_each_cell(eagle2_trace, peanut_trace):
+    fixed = tree_shape_maps(eagle2_trace)
+    assert np.nanmin(fixed["depth"]) == np.nanmax(fixed["depth"]) == 8 and np.isnan(fixed["alpha"]).all()
+    assert "a fixed shape" in tree_shape_figure(eagle2_trace).layout.title.text
+    maps, committed_at = tree_shape_maps(peanut_trace), acceptance_maps(peanut_trace)["iteration"]
+    for (r, c), depth in np.ndenumerate(maps["depth"]):
+        it = peanut_trace.iterations[int(committed_at[r, c])]
+        assert (np.isnan(depth) and it.tree is None) or (
+            depth == it.tree_depth and maps["top_k"][r, c] == it.tree_top_k
+        )
+    assert len(np.unique(maps["depth"][~np.isnan(maps["depth"])])) > 1  # PEANUT adapts
+    assert "fixed" not in tree_shape_figure(peanut_trace).layout.title.text
+
+
+def test_tau_counts_the_token_drawn_after_each_path(eagle2_trace):
+    series = per_tree(eagle2_trace)
+    assert series["tau"].sum() + 1 == len(eagle2_trace.tokens)  # plus the prefill's token
+    assert (series["tau"] - series["accepted"] <= 1).all()
+    bars = tau_figure(eagle2_trace).data
+    assert list(bars[0].y) == series["tau"].tolist() and list(bars[1].y) == series["accepted"].tolist()
+    assert f"mean tau {series['tau'].mean():.2f}" in tau_figure(eagle2_trace).layout.title.text
+
+
+def test_tree_figure_draws_every_node_by_fate_and_the_path(small, eagle2_trace):
+    fig = tree_figure(small, 1)
+    nodes = {t.name: t for t in fig.data if t.mode and "markers" in t.mode}
+    assert {label: len(nodes[label].x) for _, _, label in NODES.values()} == {
+        NODES["head"][2]: 1,
+        NODES["accepted"][2]: 2,
+        NODES["rejected"][2]: 2,
+        NODES["untested"][2]: 1,
+        NODES["drawn"][2]: 1,
+    }
+    palette = colors()
+    assert nodes[NODES["rejected"][2]].marker.color == palette["rejected"]
+    path = next(t for t in fig.data if t.line.width == 4)
+    assert list(path.x) == [0, 1, 2]  # the head and the accepted nodes
+    assert list(nodes[NODES["drawn"][2]].x) == [3]  # drawn where the refused children were
+    assert "depth 2: position 2, a layout slot" in nodes[NODES["accepted"][2]].customdata[1]
+    assert "target p(x | ancestors) 0.250" in nodes[NODES["rejected"][2]].customdata[0]
+    assert "token 6 drawn from what its refused siblings left of p" in nodes[NODES["drawn"][2]].customdata[0]
+    j = max(range(len(eagle2_trace.iterations)), key=lambda k: eagle2_trace.iterations[k].accepted)
+    it = eagle2_trace.iterations[j]
+    real = tree_figure(eagle2_trace, j)
+    drawn = sum(len(t.x) for t in real.data if t.mode and "markers" in t.mode)
+    assert drawn == 1 + len(it.tree.tokens) + (len(it.committed) - it.accepted)
+    assert f"{it.accepted} accepted" in real.layout.title.text.replace("<br>", " ")
+    with pytest.raises(IndexError):
+        tree_figure(eagle2_trace, len(eagle2_trace.iterations))
+
+
+def _messages(fig: go.Figure) -> str:
+    return " ".join(annotation.text.replace("<br>", " ") for annotation in fig.layout.annotations)
+
+
+@pytest.mark.parametrize("dark, large", [(False, False), (True, True)])
+def test_every_view_renders_a_tree_trace_or_says_why_not(eagle2_trace, small, sjd, dark, large):
+    style = {"dark": dark, "large": large}
+    for trace in (eagle2_trace, small):
+        last = len(trace.iterations) - 1
+        figures = [
+            *(tree_figure(trace, j, **style) for j in (0, 1, last)),
+            depth_map_figure(trace, **style),
+            depth_map_figure(trace, last, **style),
+            tree_shape_figure(trace, **style),
+            tau_figure(trace, **style),
+            accepted_length_figure(trace, **style),
+            race_figure(trace, trace, **style),
+            *(acceptance_map_figure(trace, kind, **style) for kind in ("iteration", "run_length", "redraws")),
+        ]
+        for fig in figures:  # a plot, or a message in its place
+            assert isinstance(fig, go.Figure) and (json.loads(fig.to_json())["data"] or fig.layout.annotations)
+        assert "not a Jacobi window" in _messages(window_figure(trace, 1, **style))
+        assert "no draft is carried" in _messages(changed_figure(trace, **style))
+        assert "prefill" in _messages(tree_figure(trace, 0, **style))
+        assert frame(trace, 1, None, scale=8, dark=dark).size[0] > 0
+    for fig in (tree_figure(sjd, 3), depth_map_figure(sjd), tree_shape_figure(sjd), tau_figure(sjd)):
+        assert "this view is for tree methods" in _messages(fig)
+    assert legend_states(set(), trees=True) == ["committed", "pending", "accepted", "rejected"]
+
+
+def test_a_tree_pass_that_accepts_nothing_counts_in_stalls(small):
+    idle = small.model_copy(update={"iterations": [small.iterations[0]] + [small.iterations[1]] * 3})
+    assert stalls(idle, minimum=3) == []  # every pass accepted its first node
+    refused = _tree_pass(1, [(2, -1)], [], [3], 2, 2)
+    assert stalls(small.model_copy(update={"iterations": [small.iterations[0], *[refused] * 3]}), minimum=3) == [(1, 3)]
+
+
+def test_publication_figures_of_a_tree_trace(eagle2_trace, tmp_path):
+    made = write_figures([("eagle2.json", eagle2_trace)], tmp_path, ["svg", "png"], "paper")
+    stems = {path.stem for path in made.files}
+    assert {"eagle2-depth-map", "eagle2-tree-shapes", "eagle2-iterations", "eagle2-acceptance-map"} <= stems
+    assert not any("window" in stem for stem in stems)
+    assert "no Jacobi windows in eagle2.json: window at an iteration skipped" in made.notes
+    assert "<image" not in (tmp_path / "eagle2-depth-map.svg").read_text()
+
+
+def test_cli_run_writes_the_depth_map_and_figures_take_the_trace(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--method", "eagle2", "--prompt", "red apple", "--out", str(out)]) == 0
+    line = capsys.readouterr().out
+    assert "method=eagle2" in line and " tau=" in line
+    with Image.open(out / "depth-map.png") as picture:
+        assert picture.format == "PNG" and picture.width == 1920  # slides style: 6.4 in at 300 dpi
+    assert {p.name for p in out.iterdir()} == {"image.png", "trace.json", "depth-map.png"}
+    assert main(["figures", str(out / "trace.json"), "--out", str(tmp_path / "figures"), "--format", "svg"]) == 0
+    assert (tmp_path / "figures" / "eagle2-depth-map.svg").is_file()
+    assert "window at an iteration skipped" in capsys.readouterr().err
+
+
+def test_bench_reports_tau_tree_size_and_the_drafters_share(tiny, eagle2_trace, monkeypatch):
+    """The runs are the fixtures' (no decoding here): the columns are what the traces say."""
+    ar_trace = Trace.load(EXAMPLES / "red-apple-ar.json")
+    monkeypatch.setattr(bench_module, "run", lambda model, name, *rest: eagle2_trace if name == "eagle2" else ar_trace)
+    report = bench(tiny, ["eagle2"], ["red apple"], [0], tiny.default_sampling, compare_generate=False)
+    ar_result, result = report.results
+    series = per_tree(eagle2_trace)
+    assert ar_result.trees is None and result.trees is not None
+    assert result.trees.tau == pytest.approx(series["tau"].mean())
+    assert result.trees.depth == 8 and result.trees.size == pytest.approx(series["size"].mean())
+    assert result.trees.draft_share == pytest.approx(series["draft_ms"].sum() / series["forward_ms"].sum())
+    assert result.accepted_per_pass == pytest.approx(series["accepted"].mean())
+    table = report.markdown()
+    assert "| draft trees | tau |" in table and f"| eagle2 | {result.trees.tau:.2f} |" in table
+    assert report.to_dict()["results"][1]["trees"]["tau"] == pytest.approx(result.trees.tau)
