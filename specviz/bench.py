@@ -20,7 +20,7 @@ import torch
 from specviz.decoding import get_method, run
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
-from specviz.viz.analysis import STALL_PASSES, has_trees, per_tree, stalls, verifies_drafts
+from specviz.viz.analysis import STALL_PASSES, has_trees, per_tree, ratio_text, stalls, verifies_drafts
 
 MAX_PROMPTS = 1000
 MAX_PROMPT_FILE_BYTES = 1024 * 1024
@@ -132,7 +132,7 @@ class BenchReport:
         for r in self.results:
             lines.append(
                 f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.mean_nfe:.1f} | {r.worst_nfe} | "
-                f"{r.step_compression:.2f}x | {r.mean_seconds:.3f} | {_speedup(r.latency_speedup)} | "
+                f"{r.step_compression:.2f}x | {r.mean_seconds:.3f} | {ratio_text(r.latency_speedup)} | "
                 f"{r.accepted_per_pass:.2f} | {r.changed_per_pass:.2f} | {r.changed_share:.0%} | {r.longest_stall} | "
                 f"{r.stall_share:.1%} | {r.verify_share:.1%} | {r.trace_share:.2%} |"
             )
@@ -191,11 +191,6 @@ def _tree_result(traces: list) -> TreeResult:
         size=pooled("size"),
         draft_share=draft_ms / max(forward_ms, 1e-9),
     )
-
-
-def _speedup(ratio: float) -> str:
-    """'1.25x' for a gain, '1.30x slower' for a loss: a ratio below 1 is not a speedup."""
-    return f"{ratio:.2f}x" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
 
 
 def _timed(fn) -> float:

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import gradio as gr
+import plotly.graph_objects as go
 import torch
 from PIL import Image
 
@@ -29,7 +30,7 @@ from specviz.decoding.params import all_fields
 from specviz.inputs import InputError, check_seed
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import ImageModel, UnsupportedMethod
-from specviz.models.registry import MODELS, load_model
+from specviz.models.registry import MODELS, get_entry, load_model
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError
 from specviz.viz.frames import ExportError
@@ -168,8 +169,16 @@ def user_errors(fn: Callable) -> Callable:
 
 def quiet_checks(component: gr.components.Component) -> gr.components.Component:
     """Make a component's own input checks (a value out of the slider's range, a string for a number)
-    reach the user as a message, and the server log as one line instead of Gradio's stack trace."""
+    reach the user as a message, with the allowed range where it has one, and the server log as one
+    line instead of Gradio's stack trace."""
     check = component.preprocess
+    low, high = getattr(component, "minimum", None), getattr(component, "maximum", None)
+    if low is not None and high is not None:
+        allowed = f" (allowed: {low:g} to {high:g})"
+    elif low is not None:
+        allowed = f" (allowed: {low:g} or more)"
+    else:
+        allowed = ""
 
     def preprocess(payload):
         try:
@@ -178,9 +187,9 @@ def quiet_checks(component: gr.components.Component) -> gr.components.Component:
                 raise ValueError(f"{payload} is not a whole number")  # Gradio would round it silently
             return check(payload)
         except Exception as error:
-            message = getattr(error, "message", None) or str(error)
-            log.warning("refused input to %s: %s", component.label, message)
-            raise gr.Error(f"{component.label}: {message}", print_exception=False) from None
+            message = (getattr(error, "message", None) or str(error)).rstrip(".")
+            log.warning("refused input to %s: %s%s", component.label, message, allowed)
+            raise gr.Error(f"{component.label}: {message}{allowed}", print_exception=False) from None
 
     component.preprocess = preprocess
     return component
@@ -248,9 +257,7 @@ def method_control(name: str, shown_for: str) -> gr.components.Component:
         return gr.Checkbox(value, label=spec.label, info=spec.help, visible=visible)
     if spec.choices:
         return gr.Dropdown(list(spec.choices), value=value, label=spec.label, visible=visible)
-    if kind is int and spec.high - spec.low <= 256:
-        return gr.Slider(spec.low, spec.high, value=value, step=1, label=spec.label, visible=visible)
-    if kind is int:
+    if kind is int:  # not a slider: a browser slider clamps a typed 500 to its maximum without a word
         return gr.Number(value, precision=0, minimum=spec.low, maximum=spec.high, label=spec.label, visible=visible)
     return gr.Slider(spec.low, spec.high, value=value, step=0.01, label=spec.label, visible=visible)
 
@@ -332,8 +339,8 @@ def race_summary(trace: Trace, ar: Trace, retimed: bool) -> str:
     )
     tau = f", mean tau {viz.per_tree(trace)['tau'].mean():.2f} per tree" if viz.has_trees(trace) else ""
     return (
-        f"### {trace.method}: {facts['step_compression']:.2f}x step compression, "
-        f"{facts['latency_speedup']:.2f}x latency speedup over AR\n"
+        f"### {trace.method}: {viz.ratio_text(facts['step_compression'])} step compression, "
+        f"{viz.latency_text(facts['latency_speedup'])}\n"
         f"{trace.method} ({lossless}): {trace.nfe} passes{tau}, {trace.seconds:.2f} s · "
         f"AR: {ar.nfe} passes, {ar.seconds:.2f} s · same prompt, seed and sampling; {how}."
     )
@@ -343,6 +350,184 @@ def run_again(model: ImageModel, trace: Trace) -> Trace:
     """The same run (model, method, prompt, seed, settings) once more, on the compute thread."""
     sampling = SamplingSettings(**trace.sampling.model_dump())
     return on_compute_thread(run, model, trace.method, trace.prompt, trace.seed, sampling, trace.params)
+
+
+def retimes(model: ImageModel) -> bool:
+    """Whether runs on this model's device are timed a second time before their clocks are reported.
+
+    On a CPU the first clocks are not trustworthy: drawing the race competes with the model for cores
+    and the GIL (costing AR's many short passes more than a method's few long ones), and when only the
+    race was re-timed, Compare's AR came out at about twice the race's. On a GPU the device's clock is
+    its own."""
+    return model.device.type == "cpu"
+
+
+def timed_again(model: ImageModel, traces: list[Trace]) -> tuple[list[Trace], bool]:
+    """The runs with the clocks of a second, undisturbed run of each, and whether they were re-timed.
+
+    The race and Compare both report these, so their speedups agree. Every run is deterministic (same
+    model, method, prompt, seed and settings), so the second run must reproduce its tokens; where one
+    does not, or the device needs no re-timing, the first clocks are kept and the caller says so."""
+    if not retimes(model):
+        return traces, False
+    again = [run_again(model, trace) for trace in traces]
+    if all(second.tokens == first.tokens for second, first in zip(again, traces, strict=True)):
+        return again, True
+    return traces, False
+
+
+RACING = "*Racing "  # how the summary starts while a race runs (Stop reads it)
+RETIMING = "*Timing both runs again with nothing drawing...*"
+COMPARING = "*Comparing "  # how Compare's note starts while it runs
+
+
+def racing(method: str) -> str:
+    """The summary while a race runs, in place of the previous run's."""
+    return f"{RACING}{method} against AR...*"
+
+
+def stopped(summary: str, method_counter: str, ar_counter: str, compare_note: str) -> tuple:
+    """What Stop leaves in the race summary and in Compare's note, where one was running: that it was
+    stopped and how far it got (the race's counters as they stood; Compare's rows so far)."""
+    race_note = compare_text = gr.update()
+    if summary.startswith(RETIMING):
+        race_note = (
+            f"**Stopped** while timing the runs again: both had finished ({method_counter}; {ar_counter}), "
+            "but their speedup was not measured. Inspect still shows the previous run, if any."
+        )
+    elif summary.startswith(RACING):
+        race_note = (
+            f"**Stopped** before the end. How far it got: {method_counter or 'nothing yet'}; "
+            f"{ar_counter or 'nothing yet'}. Inspect still shows the previous run, if any."
+        )
+    if compare_note.startswith(COMPARING):
+        compare_text = "**Stopped**: the table shows the runs that had finished, with their first, untimed clocks."
+    return race_note, compare_text
+
+
+def sampling_text(sampling: SamplingSettings) -> str:
+    """Sampling settings as a table caption states them."""
+    top_k = "off" if sampling.top_k is None else sampling.top_k
+    return (
+        f"temperature {sampling.temperature:g}, top-k {top_k}, top-p {sampling.top_p:g}, "
+        f"guidance {sampling.guidance_scale:g}"
+    )
+
+
+def params_text(params: dict | None) -> str:
+    """A method's parameters in one cell: 'window 16, init random'; AR has none."""
+    return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in (params or {}).items()) or "none"
+
+
+def sampling_updates(sampling: SamplingSettings) -> tuple:
+    """The sampling controls (temperature, top-k, top-p, guidance) set to these settings; top-k off is 0."""
+    return (
+        gr.update(value=sampling.temperature),
+        gr.update(value=sampling.top_k or 0),
+        gr.update(value=sampling.top_p),
+        gr.update(value=sampling.guidance_scale),
+    )
+
+
+def model_defaults(name: str) -> tuple:
+    """The sampling controls at the chosen model's own defaults (its release settings), read from the
+    registry without loading its weights."""
+    return sampling_updates(get_entry(name).sampling())
+
+
+def method_updates(name: str, values: dict | None = None) -> tuple:
+    """The method controls (PARAMETERS order) showing only the method's own parameters, at `values`
+    where given, else its defaults; then the lossy note."""
+    own = {**own_parameters(name), **(values or {})}
+    note = "" if METHODS[name].lossless else f"{method_label(name)}: its output distribution differs from AR."
+    hidden = gr.update(visible=False)
+    shown = [gr.update(visible=True, value=own[p]) if p in own else hidden for p in PARAMETERS]
+    return (*shown, gr.update(value=note, visible=bool(note)))
+
+
+def opened_at(trace: Trace) -> dict:
+    """The iteration slider for a new run: its range, at the iteration Inspect opens on
+    (`viz.opening_iteration`)."""
+    return gr.update(maximum=max(1, len(trace.iterations) - 1), value=viz.opening_iteration(trace))
+
+
+def neighbour_instructive(runs: dict, j: float, forward: bool) -> int | dict:
+    """The next (or previous) iteration after (before) j that accepted a draft; j itself where none is."""
+    if not runs:
+        return gr.update()
+    found = viz.instructive_iterations(runs["trace"])
+    later = [k for k in found if k > j] if forward else [k for k in reversed(found) if k < j]
+    return later[0] if later else int(j)
+
+
+def server_address(environ: dict[str, str]) -> tuple[str, int]:
+    """Host and port to serve on: Gradio's own GRADIO_SERVER_NAME / GRADIO_SERVER_PORT when set; else
+    every interface on a Hugging Face Space (SPACE_ID) or SPECVIZ_HOST or 127.0.0.1, and the PORT that
+    Spaces-like hosts set, or 7860."""
+    host = environ.get("GRADIO_SERVER_NAME") or (
+        "0.0.0.0" if environ.get("SPACE_ID") else environ.get("SPECVIZ_HOST", "127.0.0.1")
+    )
+    variable = "GRADIO_SERVER_PORT" if environ.get("GRADIO_SERVER_PORT") else "PORT"
+    value = environ.get(variable) or "7860"
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise InputError(f"{variable} must be a port number from 1 to 65535, got {value!r}")
+    return host, int(value)
+
+
+COMPARE_HEADERS = ["method", "parameters", "lossless", "NFE", "step compression", "seconds", "latency against AR"]
+
+
+def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]]:
+    """Compare's table (AR first) and the rows of its chart; ratios in words, a slowdown as one."""
+    same = viz.ratio_text(1.0)
+    table = [["ar", params_text(ar.params), "yes", ar.nfe, same, round(ar.seconds, 3), same]]
+    rows = []
+    for trace in traces:
+        facts = viz.summary(trace, ar)
+        rows.append({"method": trace.method, "lossless": trace.lossless, **facts})
+        table.append(
+            [
+                trace.method,
+                params_text(trace.params),
+                "yes" if trace.lossless else "no",
+                trace.nfe,
+                viz.ratio_text(facts["step_compression"]),
+                round(trace.seconds, 3),
+                viz.ratio_text(facts["latency_speedup"]),
+            ]
+        )
+    return table, rows
+
+
+def compare_caption(ar: Trace, retimed: bool) -> str:
+    """What every row of Compare's table shares: model, prompt, seed, sampling, and how it was timed."""
+    sampling = SamplingSettings(**ar.sampling.model_dump())
+    how = (
+        "every run timed a second time, one after another, as the race times its two"
+        if retimed
+        else "clocks of the runs themselves"
+    )
+    return (
+        f"**{ar.model}** · prompt {ar.prompt!r} · seed {ar.seed} · sampling: {sampling_text(sampling)} "
+        f"(the same for every row) · {how}."
+    )
+
+
+def restored_controls(trace: Trace) -> tuple[tuple, list[str]]:
+    """The controls set to an uploaded trace's settings, so that Run repeats it: model, method, the
+    method controls and the lossy note, then sampling; and what could not be set, in words."""
+    unchanged: list[str] = []
+    if trace.model in offered_models():
+        model = gr.update(value=trace.model)
+    else:
+        model = gr.update()
+        unchanged.append(f"model {trace.model} is not offered here")
+    if trace.method in METHODS and trace.method != "ar":
+        method = (gr.update(value=trace.method), *method_updates(trace.method, trace.params))
+    else:
+        method = (gr.update(),) * (len(PARAMETERS) + 2)
+        unchanged.append(f"{trace.method} is not a method to race against AR")
+    return (model, *method, *sampling_updates(SamplingSettings(**trace.sampling.model_dump()))), unchanged
 
 
 ITERATION_LABELS = {False: "Jacobi window", True: "Draft tree of this iteration"}
@@ -378,8 +563,19 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
         viz.acceptance_map_figure(trace, kind, dark=dark, large=large),
         gr.update(value=length, label="Tau per tree pass" if trees else "Accepted length per iteration"),
         gr.update(value=changed, visible=not trees),
-        viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else None,
+        viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else no_ar_figure(trace, dark, large),
         gr.update(value=shapes, visible=trees),
+    )
+
+
+def no_ar_figure(trace: Trace, dark: bool, large: bool) -> go.Figure:
+    """In place of the race against AR for a run that came without one (an uploaded trace): why it is empty."""
+    return viz.message_figure(
+        "NFE and latency against AR",
+        f"This {trace.method} trace came without an AR run of the same prompt and seed, so there is nothing "
+        "to compare its passes and seconds with. Press Run with these settings to race it against AR here.",
+        dark=dark,
+        large=large,
     )
 
 
@@ -408,6 +604,7 @@ def build() -> gr.Blocks:
 
     on_compute_thread(shared_text_encoder)
     method_names = [name for name in METHODS if name != "ar"]
+    defaults = get_entry("tiny").sampling()  # the sampling controls open at the default model's own
 
     # Gradio removes the files it cached for the browser (images, uploads) after an hour
     with gr.Blocks(title="specviz: speculative and Jacobi decoding, visible", delete_cache=(3600, 3600)) as demo:
@@ -415,7 +612,7 @@ def build() -> gr.Blocks:
         gr.Markdown(
             "# specviz\nSpeculative and Jacobi decoding for autoregressive image generation, made visible. "
             "Pick a method: it runs next to vanilla AR on the same prompt and seed, and every iteration is "
-            "recorded. Colours (colour-blind safe): accepted, rejected and resampled, redrawn, newly initialised.",
+            f"recorded. Colours (colour-blind safe): {viz.swatches()}.",
             elem_id="specviz-header",
         )
         with gr.Row():
@@ -428,10 +625,14 @@ def build() -> gr.Blocks:
                 seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
                 method_controls = [method_control(name, "sjd") for name in PARAMETERS]
                 with gr.Accordion("Sampling", open=False):
-                    temperature = gr.Slider(0.0, 2.0, value=1.0, step=0.05, label="Temperature (0 = greedy)")
-                    top_k = gr.Number(value=0, precision=0, minimum=0, label="Top-k (0 = off)")
-                    top_p = gr.Slider(0.01, 1.0, value=1.0, step=0.01, label="Top-p")
-                    guidance = gr.Slider(0.0, 10.0, value=1.5, step=0.5, label="Guidance scale (1 = off)")
+                    temperature = gr.Slider(
+                        0.0, 2.0, value=defaults.temperature, step=0.05, label="Temperature (0 = greedy)"
+                    )
+                    top_k = gr.Number(value=defaults.top_k or 0, precision=0, minimum=0, label="Top-k (0 = off)")
+                    top_p = gr.Slider(0.01, 1.0, value=defaults.top_p, step=0.01, label="Top-p")
+                    guidance = gr.Slider(
+                        0.0, 10.0, value=defaults.guidance_scale, step=0.5, label="Guidance scale (1 = off)"
+                    )
                 with gr.Row():
                     large = gr.Checkbox(False, label="Large type")
                     dark = gr.Checkbox(False, label="Dark")
@@ -452,8 +653,10 @@ def build() -> gr.Blocks:
                 with gr.Tab("Inspect"):
                     with gr.Row():
                         iteration = gr.Slider(0, 1, value=0, step=1, label="Iteration")
-                        play = gr.Button("Play", scale=0)
-                        pause = gr.Button("Pause", scale=0)
+                        previous_button = gr.Button("◀ Previous acceptance", scale=0, size="sm", min_width=140)
+                        next_button = gr.Button("Next acceptance ▶", scale=0, size="sm", min_width=140)
+                        play = gr.Button("Play", scale=0, size="sm", min_width=60)
+                        pause = gr.Button("Pause", scale=0, size="sm", min_width=60)
                     with gr.Row():
                         window_plot = gr.Plot(label=ITERATION_LABELS[False])
                         iteration_image = gr.Image(label="Image at this iteration", height=DISPLAY_SIZE, format="png")
@@ -463,7 +666,7 @@ def build() -> gr.Blocks:
                             ("accepted run length", "run_length"),
                             ("times drafted before fixed", "redraws"),
                         ],
-                        value="iteration",
+                        value="run_length",
                         label="Acceptance map",
                     )
                     with gr.Row():
@@ -477,10 +680,8 @@ def build() -> gr.Blocks:
                 with gr.Tab("Compare"):
                     compare_methods = gr.CheckboxGroup(method_names, value=["sjd", "scd-mc", "scd-gs"], label="Methods")
                     compare_button = gr.Button("Compare on this prompt and seed")
-                    compare_table = gr.Dataframe(
-                        headers=["method", "lossless", "NFE", "step compression", "seconds", "latency speedup"],
-                        interactive=False,
-                    )
+                    compare_note = gr.Markdown(elem_id="compare-note")
+                    compare_table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False, wrap=True)
                     compare_plot = gr.Plot()
                 with gr.Tab("Replay and export"):
                     gr.Markdown(
@@ -498,13 +699,12 @@ def build() -> gr.Blocks:
 
         def method_changed(name: str):
             """Show only the chosen method's own parameters, at its defaults where two methods share one."""
-            own = own_parameters(name)
-            note = "" if METHODS[name].lossless else f"{method_label(name)}: its output distribution differs from AR."
-            hidden = gr.update(visible=False)
-            shown = [gr.update(visible=True, value=own[p]) if p in own else hidden for p in PARAMETERS]
-            return (*shown, gr.update(value=note, visible=bool(note)))
+            return method_updates(name)
 
-        method.change(method_changed, method, [*method_controls, lossy_note])
+        # on the user's choice only (.input): a replay sets the method and its parameters together
+        method.input(method_changed, method, [*method_controls, lossy_note])
+        sampling_inputs = [temperature, top_k, top_p, guidance]
+        model.input(user_errors(model_defaults), model, sampling_inputs)
 
         @gpu
         @user_errors
@@ -518,6 +718,8 @@ def build() -> gr.Blocks:
             baseline = on_compute_thread(RunStream, chosen, "ar", text, seed_number, sampling)
             finished = {contender: False, baseline: False}
             shown: dict[RunStream, int] = {}
+            # the previous run's images, counters, summary and downloads go at once: they describe another run
+            yield (None, "", None, "", racing(name), gr.update(), gr.update(), None)
 
             def side(stream: RunStream) -> tuple:
                 """One side's image and counter, or no update where it has not moved since the last frame."""
@@ -534,41 +736,29 @@ def build() -> gr.Blocks:
                 finished[behind] = on_compute_thread(behind.step) is None
                 if time.perf_counter() - last > FRAME_INTERVAL:
                     last = time.perf_counter()
-                    yield (*side(contender), *side(baseline), gr.update(), gr.update(), gr.update())
+                    yield (*side(contender), *side(baseline), *(gr.update(),) * 4)
             trace, ar = contender.trace(), baseline.trace()
             images = tuple(picture(chosen, t.tokens, f"{t.method}: {t.prompt!r}, seed {t.seed}") for t in (trace, ar))
-            # On a CPU the drawing above competes with the model for cores and the GIL, and costs AR's
-            # many short passes more than a method's few long ones: the live clocks would flatter the
-            # method. Both runs are deterministic, so time them again with nothing else going on.
-            retime = chosen.device.type == "cpu"
-            if retime:
-                yield (
-                    *side(contender),
-                    *side(baseline),
-                    "Timing both runs again with nothing drawing...",
-                    gr.update(),
-                    gr.update(),
-                )
-                again, ar_again = run_again(chosen, trace), run_again(chosen, ar)
-                retime = again.tokens == trace.tokens and ar_again.tokens == ar.tokens
-                if retime:
-                    trace, ar = again, ar_again
+            # the live clocks also paid for drawing the race (see `retimes`): time both runs again undisturbed
+            if retimes(chosen):
+                yield (*side(contender), *side(baseline), RETIMING, gr.update(), gr.update(), gr.update())
+            (trace, ar), retimed = timed_again(chosen, [trace, ar])
             yield (
                 images[0],
                 final_counter(trace),
                 images[1],
                 final_counter(ar),
-                race_summary(trace, ar, retimed=retime),
+                race_summary(trace, ar, retimed=retimed),
                 {"trace": trace, "ar": ar},
-                gr.update(maximum=max(1, len(trace.iterations) - 1), value=0),
+                opened_at(trace),
+                gr.update(),
             )
 
-        sampling_inputs = [temperature, top_k, top_p, guidance]
         race_inputs = [model, method, prompt, seed, *method_controls, *sampling_inputs]
         race_event = run_button.click(
             race,
             race_inputs,
-            [method_image, method_counter, ar_image, ar_counter, summary, runs, iteration],
+            [method_image, method_counter, ar_image, ar_counter, summary, runs, iteration, downloads],
             concurrency_limit=1,
             concurrency_id="gpu",
             show_progress="hidden",  # the images and counters are the progress; a spinner only costs CPU
@@ -602,59 +792,78 @@ def build() -> gr.Blocks:
         timer.tick(tick, [runs, iteration], [iteration, timer])
         play.click(lambda: gr.Timer(active=True), None, timer)
         pause.click(lambda: gr.Timer(active=False), None, timer)
-        stop_button.click(lambda: gr.Timer(active=False), None, timer, cancels=[race_event])
+
+        def previous_acceptance(state: dict, j: float):
+            return neighbour_instructive(state, j, forward=False)
+
+        def next_acceptance(state: dict, j: float):
+            return neighbour_instructive(state, j, forward=True)
+
+        previous_button.click(previous_acceptance, [runs, iteration], iteration)
+        next_button.click(next_acceptance, [runs, iteration], iteration)
         large.change(None, large, None, js=TOGGLE_LARGE)
         dark.change(None, dark, None, js=TOGGLE_DARK)
 
         @gpu
         @user_errors
-        def compare(selected: list[str], *values):
+        def compare(selected: list[str], *values) -> Iterator[tuple]:
             (model_name, text, seed_value, *controls, temp, tk, tp, guide, big, night) = values
             if not selected:
                 raise SettingsError("choose at least one method to compare")
             chosen = get_model(model_name)
             sampling = sampling_from(temp, tk, tp, guide)
             seed_number = seed_from(seed_value)
+            total = len(selected) + 1
+            yield [], None, f"{COMPARING}AR and {', '.join(selected)}: 0 of {total} runs done...*"
             ar = on_compute_thread(run, chosen, "ar", text, seed_number, sampling)
-            rows, table = [], []
+            traces: list[Trace] = []
             for name in selected:
                 params = params_from(name, *controls)
-                trace = on_compute_thread(run, chosen, name, text, seed_number, sampling, params)
-                facts = viz.summary(trace, ar)
-                rows.append({"method": name, "lossless": trace.lossless, **facts})
-                table.append(
-                    [
-                        name,
-                        "yes" if trace.lossless else "no",
-                        trace.nfe,
-                        round(facts["step_compression"], 2),
-                        round(trace.seconds, 3),
-                        round(facts["latency_speedup"], 2),
-                    ]
-                )
-            table.insert(0, ["ar", "yes", ar.nfe, 1.0, round(ar.seconds, 3), 1.0])
-            return table, viz.comparison_figure(rows, dark=night, large=big)
+                traces.append(on_compute_thread(run, chosen, name, text, seed_number, sampling, params))
+                done = f"{COMPARING}AR and {', '.join(selected)}: {len(traces) + 1} of {total} runs done...*"
+                yield compare_rows(ar, traces)[0], gr.update(), done
+            if retimes(chosen):
+                yield gr.update(), gr.update(), f"{COMPARING}done; timing all {total} runs again, one by one...*"
+            (ar, *traces), retimed = timed_again(chosen, [ar, *traces])
+            table, rows = compare_rows(ar, traces)
+            yield table, viz.comparison_figure(rows, dark=night, large=big), compare_caption(ar, retimed)
 
-        compare_button.click(
+        compare_event = compare_button.click(
             compare,
             [compare_methods, model, prompt, seed, *method_controls, *sampling_inputs, large, dark],
-            [compare_table, compare_plot],
+            [compare_table, compare_plot, compare_note],
             concurrency_limit=1,
             concurrency_id="gpu",
         )
 
+        def stop(*shown: str) -> tuple:
+            """Cancel a race or a comparison and say so, with how far it got; stop playing back."""
+            return (*stopped(*shown), gr.Timer(active=False))
+
+        stop_button.click(
+            stop,
+            [summary, method_counter, ar_counter, compare_note],
+            [summary, compare_note, timer],
+            cancels=[race_event, compare_event],
+        )
+
         @user_errors
         def replay(path: str | None, big: bool, night: bool):
+            """Load a trace; set the controls to its settings and open Inspect at an instructive iteration."""
             if not path:
-                return gr.update(), gr.update(), gr.update()
+                return (gr.update(),) * len(replay_outputs)
             trace = Trace.load(path)
             note = f"Loaded **{trace.method}** on **{trace.model}**: "
-            note += f"{len(trace.iterations)} iterations, NFE {trace.nfe}."
+            note += f"{len(trace.iterations)} iterations, NFE {trace.nfe}. "
+            controls, unchanged = restored_controls(trace)
+            note += "The controls now show its settings" + (f" ({'; '.join(unchanged)})." if unchanged else ".")
             if decoder_for(trace) is None:
                 note += f" Model {trace.model} is not loaded here, so images are not shown; the token views are."
-            return {"trace": trace}, note, gr.update(maximum=max(1, len(trace.iterations) - 1), value=0)
+            return {"trace": trace}, note, opened_at(trace), None, *controls
 
-        upload.upload(replay, [upload, large, dark], [runs, replay_status, iteration]).then(refresh, view_inputs, views)
+        replay_outputs = [runs, replay_status, iteration, downloads, model, method, *method_controls, lossy_note]
+        replay_outputs += sampling_inputs
+        upload.upload(replay, [upload, large, dark], replay_outputs).then(refresh, view_inputs, views)
 
         @user_errors
         def export(state: dict, j: float, night: bool):

@@ -7,9 +7,13 @@ from specviz.models.tiny.adapter import TinyModel
 
 
 def pytest_configure(config):
-    """Share the cores among xdist workers: oversubscribed OpenMP teams make every pass slower."""
+    """Share the cores among xdist workers: oversubscribed OpenMP teams make every pass slower. On a
+    machine busy with other work, SPECVIZ_THREADS (as the app and the CLI read it) caps the share."""
+    from specviz.threads import choose_threads
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    share = max(1, (os.cpu_count() or 1) // workers)
+    torch.set_num_threads(min(share, choose_threads()) if os.environ.get("SPECVIZ_THREADS") else share)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """The app through gradio_client against a launched server: a run, a replay, bad input, two users."""
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -59,8 +60,8 @@ def _expected_image(tiny, method, prompt, seed) -> np.ndarray:
 
 def test_a_race_shows_both_images_and_the_summary(server, tiny):
     client = Client(server, verbose=False)
-    method_image, method_counter, ar_image, ar_counter, summary, iteration = _race(client)
-    assert "step compression" in summary and "latency speedup over AR" in summary
+    method_image, method_counter, ar_image, ar_counter, summary, iteration, _ = _race(client)
+    assert "step compression" in summary and re.search("latency speedup over AR|slower than AR", summary)
     assert "timed again after the race" in summary  # on a CPU both deterministic runs are re-timed
     assert "256/256 tokens" in method_counter and "NFE 256" in ar_counter
     shown = [np.asarray(Image.open(image).convert("RGB")) for image in (method_image, ar_image)]
@@ -74,7 +75,7 @@ def test_replay_of_a_saved_trace(server, tiny, tmp_path):
     path = tmp_path / "trace.json"
     trace.save(path)
     client = Client(server, verbose=False)
-    status, _ = client.predict(handle_file(str(path)), False, False, api_name="/replay")
+    status, *_ = client.predict(handle_file(str(path)), False, False, api_name="/replay")
     assert f"{len(trace.iterations)} iterations, NFE {trace.nfe}" in status and "scd-mc" in status
 
 
@@ -95,6 +96,7 @@ def test_malformed_upload_gets_a_clear_message(server, tmp_path):
         ({"prompt": None}, "the prompt must be text"),
         ({"seed": 1e30}, "the seed must be an integer from 0"),
         ({"seed": -4}, "Seed: Value -4 is less than minimum value 0"),
+        ({"window": 500}, r"Window W: Value 500 is greater than maximum value 128.*\(allowed: 1 to 128\)"),
     ],
 )
 def test_bad_input_is_a_message_not_a_stack_trace(server, changes, message, capfd):
@@ -127,7 +129,7 @@ def test_two_users_at_once_get_their_own_runs(server, tiny):
 def test_bad_sampling_and_parameters_are_messages(server):
     client = Client(server, verbose=False)
     for position, value, message in [
-        (4 + PARAMETERS.index("window"), 2.5, "window must be an integer from 1 to 128, got 2.5"),
+        (4 + PARAMETERS.index("window"), 2.5, r"Window W: 2.5 is not a whole number \(allowed: 1 to 128\)"),
         (TEMPERATURE, "hot", "Temperature \\(0 = greedy\\): .*float"),
         (TEMPERATURE + 1, 2.5, r"Top-k \(0 = off\): 2.5 is not a whole number"),  # Gradio would round it to 2
     ]:
@@ -223,3 +225,202 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
     window, _, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
     assert window["label"] == "Jacobi window" and length["label"] == "Accepted length per iteration"
     assert changed["visible"] and not depths["visible"] and not shapes["visible"]
+
+
+def _example(name: str = "red-apple-sjd.json") -> Path:
+    return Path(specviz.__file__).parent / "data" / "examples" / name
+
+
+def _figure(shown: dict) -> dict:
+    """A plot output as plotly JSON, sent as a figure or as an update carrying one."""
+    return json.loads(shown.get("value", shown)["plot"])
+
+
+def test_a_slowdown_reads_as_one():
+    """A method slower than AR is written '1.19x slower' in the race summary, its figure and Compare's
+    table, never as a '0.84x' speedup."""
+    from specviz import viz
+    from specviz.trace import Trace
+    from specviz.ui import compare_rows, race_summary
+
+    sjd = Trace.load(_example())
+    ar = sjd.model_copy(update={"method": "ar", "nfe": 256, "seconds": sjd.seconds / 1.19})
+    headline = race_summary(sjd, ar, retimed=True).splitlines()[0]
+    assert "1.19x slower than AR" in headline and "speedup" not in headline
+    assert "1.19x slower than AR" in viz.race_figure(sjd, ar).layout.title.text
+    table, rows = compare_rows(ar, [sjd])
+    assert table[1][0] == "sjd" and table[1][-1] == "1.19x slower"
+    assert list(viz.comparison_figure(rows).data[1].text) == ["1.19x slower"]
+
+
+def test_compare_is_timed_as_the_race_is_and_states_its_settings(server, monkeypatch):
+    """Compare re-times every run after all have run, as the race does (one shared function), so its
+    seconds are the second run's; its note states prompt, seed and sampling, its table each method's
+    parameters."""
+    import specviz.ui as ui
+
+    first_run = ui.run_again
+
+    def marked(model, trace):  # the re-timed run, its clock marked so the table shows where it came from
+        again = first_run(model, trace)
+        return again.model_copy(update={"seconds": again.seconds + 1000.0})
+
+    monkeypatch.setattr(ui, "run_again", marked)
+    client = Client(server, verbose=False)
+    values = RACE[:1] + RACE[2:]  # model, prompt, seed, controls, sampling (no method)
+    table, _, note = client.predict(["sjd"], *values, False, False, api_name="/compare")
+    rows = {row[0]: dict(zip(table["headers"], row, strict=True)) for row in table["data"]}
+    assert rows["ar"]["seconds"] > 1000 and rows["sjd"]["seconds"] > 1000
+    assert rows["sjd"]["parameters"].startswith("window 16, init random")
+    assert "'red apple'" in note and "seed 3" in note and "guidance 3" in note and "top-k off" in note
+    assert "timed a second time" in note
+    ar_counter = _race(client)[3]
+    assert float(re.search(r"([\d.]+) s$", ar_counter).group(1)) > 1000  # the race's AR: the same re-timing
+
+
+def test_a_new_race_clears_the_last_summary_and_downloads(server):
+    client = Client(server, verbose=False, download_files=False)  # every frame's images stay on the server
+    job = client.submit(*RACE, api_name="/race")
+    job.result()
+    first = job.outputs()[0]
+    method_image, method_counter, ar_image, ar_counter, summary, _, downloads = first
+    assert summary.startswith("*Racing sjd against AR") and downloads is None
+    assert (method_image, method_counter, ar_image, ar_counter) == (None, "", None, "")
+
+
+def test_stop_says_stopped_and_how_far_and_cancels_compare(server):
+    from specviz.ui import COMPARING, RETIMING, racing, stopped
+
+    counters = ("**sjd** · NFE 9 · 40/256 tokens · 0.20 s", "**ar** · NFE 60 · 60/256 tokens · 0.30 s")
+    race_note, compare_note = stopped(racing("sjd"), *counters, "")
+    assert race_note.startswith("**Stopped**") and "40/256 tokens" in race_note and "60/256" in race_note
+    assert compare_note == {"__type__": "update"}  # no comparison was running
+    race_note, compare_note = stopped(RETIMING, *counters, f"{COMPARING}...")
+    assert "while timing the runs again" in race_note and compare_note.startswith("**Stopped**")
+    config = Client(server, verbose=False).config
+    api = {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
+    stop = next(d for d in config["dependencies"] if d.get("api_name") == "stop")
+    cancelled = {i for d in config["dependencies"] if d["targets"] == stop["targets"] for i in d["cancels"]}
+    assert {api["race"], api["compare"]} <= cancelled  # the Stop button cancels both
+
+
+def test_replay_restores_the_controls_and_opens_at_an_instructive_iteration(server, tiny, tmp_path):
+    sampling = SamplingSettings(temperature=0.9, top_k=50, top_p=0.95, guidance_scale=2.0)
+    trace = run(tiny, "scd-mc", "sun", 1, sampling, {"window": 8, "init": "repeat-left"})
+    path = tmp_path / "trace.json"
+    trace.save(path)
+    client = Client(server, verbose=False)
+    status, iteration, downloads, model, method, *rest = client.predict(
+        handle_file(str(path)), False, False, api_name="/replay"
+    )
+    controls = dict(zip(PARAMETERS, rest, strict=False))
+    temperature, top_k, top_p, guidance = (update["value"] for update in rest[-4:])
+    assert model["value"] == "tiny" and method["value"] == "scd-mc"
+    assert controls["window"]["value"] == 8 and controls["init"]["value"] == "repeat-left"
+    assert controls["window"]["visible"] and not controls["tree_depth"]["visible"]
+    assert (temperature, top_k, top_p, guidance) == (0.9, 50, 0.95, 2.0)
+    assert downloads is None and "controls now show its settings" in status
+    opened = trace.iterations[iteration["value"]]
+    assert {"accepted", "rejected"} <= set(opened.fate)  # not iteration 0: the rule at work
+    assert iteration["value"] == min(
+        j for j, it in enumerate(trace.iterations) if {"accepted", "rejected"} <= set(it.fate)
+    )
+    *_, race_plot, _ = client.predict(iteration["value"], "run_length", False, False, api_name="/refresh")
+    figure = _figure(race_plot)
+    assert figure["layout"]["title"]["text"] == "NFE and latency against AR"
+    assert "without an AR run" in figure["layout"]["annotations"][0]["text"]  # says why instead of a blank plot
+
+
+def test_inspect_opens_a_tree_run_at_its_deepest_path_and_steps_between_acceptances(server, eagle2_trace, tmp_path):
+    path = tmp_path / "eagle2.json"
+    eagle2_trace.save(path)
+    client = Client(server, verbose=False)
+    _, iteration, *_ = client.predict(handle_file(str(path)), False, False, api_name="/replay")
+    accepted = [it.accepted for it in eagle2_trace.iterations]
+    assert accepted[iteration["value"]] == max(accepted)
+    accepting = [j for j, n in enumerate(accepted) if n > 0 and eagle2_trace.iterations[j].tree is not None]
+    assert client.predict(0, api_name="/next_acceptance") == accepting[0]
+    assert client.predict(accepting[1], api_name="/previous_acceptance") == accepting[0]
+    config = client.config
+    kind = next(c for c in config["components"] if c.get("props", {}).get("label") == "Acceptance map")
+    assert kind["props"]["value"] == "run_length"
+
+
+def test_sampling_controls_follow_the_model_without_loading_it(server, tiny):
+    from specviz.models.emu3 import Emu3Model
+    from specviz.models.registry import MODELS
+
+    client = Client(server, verbose=False)
+    temperature, top_k, top_p, guidance = client.predict("emu3", api_name="/model_defaults")
+    assert [u["value"] for u in (temperature, top_k, top_p, guidance)] == [1.0, 2048, 1.0, 3.0]
+    assert MODELS["emu3"].sampling() == Emu3Model.default_sampling
+    shown = client.predict("tiny", api_name="/model_defaults")
+    expected = tiny.default_sampling  # read from assets/tiny/config.json, never written here
+    assert [u["value"] for u in shown] == [
+        expected.temperature,
+        expected.top_k or 0,
+        expected.top_p,
+        expected.guidance_scale,
+    ]
+    labels = {c["props"].get("label"): c["props"].get("value") for c in client.config["components"] if "props" in c}
+    assert labels["Guidance scale (1 = off)"] == expected.guidance_scale  # the page opens at tiny's own
+
+
+def test_compare_with_no_method_is_one_line_in_the_log(server, capfd, caplog):
+    client = Client(server, verbose=False)
+    capfd.readouterr()
+    with caplog.at_level("WARNING", logger="specviz.ui"), pytest.raises(Exception, match="choose at least one method"):
+        client.predict([], *(RACE[:1] + RACE[2:]), False, False, api_name="/compare")
+    logged = [record for record in caplog.records if record.name == "specviz.ui"]
+    assert [record.getMessage() for record in logged] == ["refused in compare: choose at least one method to compare"]
+    assert logged[0].exc_info is None and "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "environ, address",
+    [
+        ({}, ("127.0.0.1", 7860)),
+        ({"PORT": "8080", "SPACE_ID": "me/space"}, ("0.0.0.0", 8080)),
+        ({"GRADIO_SERVER_NAME": "0.0.0.0", "GRADIO_SERVER_PORT": "9000", "PORT": "8080"}, ("0.0.0.0", 9000)),
+    ],
+)
+def test_server_address_honours_gradio_variables_before_port(environ, address):
+    from specviz.inputs import InputError
+    from specviz.ui import server_address
+
+    assert server_address(environ) == address
+    with pytest.raises(InputError, match="GRADIO_SERVER_PORT must be a port number"):
+        server_address({**environ, "GRADIO_SERVER_PORT": "http"})
+
+
+def _lab(color: str) -> tuple[float, float, float]:
+    """CIELAB (D65) of a #RRGGBB colour, to measure how far apart two colours look."""
+    channels = [int(color[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    xyz = (
+        (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047,
+        0.2126 * r + 0.7152 * g + 0.0722 * b,
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883,
+    )
+    fx, fy, fz = (t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116 for t in xyz)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+@pytest.mark.parametrize("dark", [False, True])
+def test_rejected_and_redrawn_look_different_and_the_header_shows_them(server, dark):
+    """Vermillion against orange was about 33 apart in CIELAB (hard on a projector); the fates beside
+    each other in a window must be at least 50 apart, and the header shows a swatch of each colour it names."""
+    import math
+
+    from specviz.viz.palette import OKABE_ITO, colors
+
+    palette = colors(dark)
+    assert set(palette[fate] for fate in ("rejected", "redrawn")) <= set(OKABE_ITO.values())
+    assert math.dist(_lab(palette["rejected"]), _lab(palette["redrawn"])) >= 50
+    header = next(
+        c["props"]["value"]
+        for c in Client(server, verbose=False).config["components"]
+        if c.get("props", {}).get("elem_id") == "specviz-header"
+    )
+    for fate in ("accepted", "rejected", "kept", "redrawn", "new"):
+        assert f"background:{colors()[fate]}" in header, fate

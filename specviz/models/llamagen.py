@@ -57,6 +57,12 @@ T2I_FILES = ("t2i_XL_stage1_256.pt", "vq_ds16_t2i.pt")
 T5_MAX_TOKENS = 120
 
 # attention heads of the released GPT sizes, by width (the only shape a state dict does not show)
+# the release's sampling defaults (sample_c2i.py / sample_t2i.py), per variant; static so that the app
+# can offer them before any weights are loaded
+RELEASE_SAMPLING = {
+    "c2i": SamplingSettings(temperature=1.0, top_k=2000, top_p=1.0, guidance_scale=4.0),
+    "t2i": SamplingSettings(temperature=1.0, top_k=1000, top_p=1.0, guidance_scale=7.5),
+}
 HEADS_BY_WIDTH = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2560: 40, 2048: 32, 3200: 32, 4096: 32}
 
 # a few ImageNet-1k classes by name (LlamaGen's demo classes among them); any index 0-999 also works
@@ -376,11 +382,7 @@ class LlamaGenModel:
         self.device = torch.device(device) if device is not None else gpt.output.weight.device
         self.t2i = config.model_type == "t2i"
         self.name = "llamagen-t2i" if self.t2i else "llamagen-c2i"
-        # the release's sampling defaults (sample_c2i.py / sample_t2i.py)
-        if self.t2i:
-            self.default_sampling = SamplingSettings(temperature=1.0, top_k=1000, top_p=1.0, guidance_scale=7.5)
-        else:
-            self.default_sampling = SamplingSettings(temperature=1.0, top_k=2000, top_p=1.0, guidance_scale=4.0)
+        self.default_sampling = RELEASE_SAMPLING[config.model_type]
         grid = config.grid_size
         self.geometry = Geometry.plain_grid(grid, grid, config.vocab_size)
         with torch.no_grad():

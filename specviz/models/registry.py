@@ -9,6 +9,7 @@ import torch
 
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import ImageModel
+from specviz.models.settings import SamplingSettings
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,8 @@ class ModelEntry:
     description: str
     load: Callable[..., ImageModel]
     offline: Callable[[], str | None]  # None when it can load with no network, else the reason
+    # the loaded model's `default_sampling`, known without loading weights (the app shows it first)
+    sampling: Callable[[], SamplingSettings]
 
 
 def _tiny_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
@@ -32,6 +35,12 @@ def _tiny_offline() -> str | None:
     return f"missing {', '.join(missing)} in {ASSETS}" if missing else None
 
 
+def _tiny_sampling() -> SamplingSettings:
+    from specviz.models.tiny.adapter import ASSETS, read_summary
+
+    return read_summary(ASSETS)[1]
+
+
 def _janus_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
     from specviz.models.janus import JanusProModel
 
@@ -43,6 +52,12 @@ def _janus_offline() -> str | None:
     from specviz.models.janus import ENV_VAR, HUB_ID
 
     return offline_reason(ENV_VAR, HUB_ID)
+
+
+def _janus_sampling() -> SamplingSettings:
+    from specviz.models.janus import JanusProModel
+
+    return JanusProModel.default_sampling
 
 
 def _emu3_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
@@ -58,6 +73,12 @@ def _emu3_offline() -> str | None:
     return offline_reason(ENV_VAR, HUB_ID)
 
 
+def _emu3_sampling() -> SamplingSettings:
+    from specviz.models.emu3 import Emu3Model
+
+    return Emu3Model.default_sampling
+
+
 def _anole_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
     from specviz.models.chameleon import AnoleModel
 
@@ -70,6 +91,12 @@ def _anole_offline() -> str | None:
     return AnoleModel.offline()
 
 
+def _anole_sampling() -> SamplingSettings:
+    from specviz.models.chameleon import AnoleModel
+
+    return AnoleModel.default_sampling
+
+
 def _lumina_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
     from specviz.models.chameleon import LuminaMGPTModel
 
@@ -80,6 +107,12 @@ def _lumina_offline() -> str | None:
     from specviz.models.chameleon import LuminaMGPTModel
 
     return LuminaMGPTModel.offline()
+
+
+def _lumina_sampling() -> SamplingSettings:
+    from specviz.models.chameleon import LuminaMGPTModel
+
+    return LuminaMGPTModel.default_sampling
 
 
 def _llamagen_load(variant: str) -> Callable[..., ImageModel]:
@@ -100,12 +133,22 @@ def _llamagen_offline(variant: str) -> Callable[[], str | None]:
     return offline
 
 
+def _llamagen_sampling(variant: str) -> Callable[[], SamplingSettings]:
+    def sampling() -> SamplingSettings:
+        from specviz.models.llamagen import RELEASE_SAMPLING
+
+        return RELEASE_SAMPLING[variant]
+
+    return sampling
+
+
 MODELS: dict[str, ModelEntry] = {
     "tiny": ModelEntry(
         "tiny",
         "embedded 12M-parameter text-to-emoji Llama over 1024 patch codes, 16x16 grid (OpenMoji, CC BY-SA 4.0)",
         _tiny_load,
         _tiny_offline,
+        _tiny_sampling,
     ),
     "janus-pro": ModelEntry(
         "janus-pro",
@@ -113,6 +156,7 @@ MODELS: dict[str, ModelEntry] = {
         "guidance 5; transformers weights, a GPU recommended",
         _janus_load,
         _janus_offline,
+        _janus_sampling,
     ),
     "emu3": ModelEntry(
         "emu3",
@@ -120,6 +164,7 @@ MODELS: dict[str, ModelEntry] = {
         "guidance 3; transformers weights, a GPU with about 22 GiB",
         _emu3_load,
         _emu3_offline,
+        _emu3_sampling,
     ),
     "anole": ModelEntry(
         "anole",
@@ -127,6 +172,7 @@ MODELS: dict[str, ModelEntry] = {
         "transformers weights plus the Chameleon tokenizer's vqgan.ckpt, a GPU with about 18 GiB",
         _anole_load,
         _anole_offline,
+        _anole_sampling,
     ),
     "lumina-mgpt": ModelEntry(
         "lumina-mgpt",
@@ -135,6 +181,7 @@ MODELS: dict[str, ModelEntry] = {
         "about 18 GiB",
         _lumina_load,
         _lumina_offline,
+        _lumina_sampling,
     ),
     "llamagen-c2i": ModelEntry(
         "llamagen-c2i",
@@ -142,6 +189,7 @@ MODELS: dict[str, ModelEntry] = {
         "16384 codes; prompt = class index or name; release defaults top-k 2000, guidance 4, temperature 1",
         _llamagen_load("c2i"),
         _llamagen_offline("c2i"),
+        _llamagen_sampling("c2i"),
     ),
     "llamagen-t2i": ModelEntry(
         "llamagen-t2i",
@@ -149,6 +197,7 @@ MODELS: dict[str, ModelEntry] = {
         "256 px, 16x16 grid over 16384 codes; release defaults top-k 1000, guidance 7.5",
         _llamagen_load("t2i"),
         _llamagen_offline("t2i"),
+        _llamagen_sampling("t2i"),
     ),
 }
 

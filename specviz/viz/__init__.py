@@ -9,8 +9,12 @@ from specviz.viz.analysis import (
     fates,
     grid_state,
     has_trees,
+    instructive_iterations,
+    latency_text,
+    opening_iteration,
     per_iteration,
     per_tree,
+    ratio_text,
     stalls,
     summary,
     tokens_through,
@@ -27,7 +31,7 @@ from specviz.viz.figures import (
     window_figure,
 )
 from specviz.viz.frames import ExportError, animation, export_scale, frame, save_gif, save_mp4, write_animation
-from specviz.viz.palette import FATES, OKABE_ITO, STATES, colors, theme
+from specviz.viz.palette import FATES, OKABE_ITO, STATES, colors, swatches, theme
 from specviz.viz.trees import depth_map_figure, tau_figure, tree_figure, tree_shape_figure
 
 __all__ = [
@@ -52,14 +56,19 @@ __all__ = [
     "frame",
     "grid_state",
     "has_trees",
+    "instructive_iterations",
+    "latency_text",
     "message_figure",
+    "opening_iteration",
     "per_iteration",
     "per_tree",
     "race_figure",
+    "ratio_text",
     "save_gif",
     "save_mp4",
     "stalls",
     "summary",
+    "swatches",
     "tau_figure",
     "theme",
     "tokens_through",

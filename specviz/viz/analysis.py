@@ -8,6 +8,7 @@ drawn after it play the parts of the accepted drafts and the resampled rejection
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -58,6 +59,30 @@ def verifies_drafts(iteration: Iteration) -> bool:
 def has_trees(trace: Trace) -> bool:
     """Whether the run verified draft trees (eagle2, peanut): the views that need a window do not apply."""
     return any(it.tree is not None for it in trace.iterations)
+
+
+def opening_iteration(trace: Trace) -> int:
+    """The iteration a viewer should see first, rather than iteration 0 (an empty grid, no drafts).
+
+    Tree runs: the first tree pass with the longest accepted path, the deepest the trees reached.
+    Window runs: the first pass that both accepted and rejected a draft (the rule at work); where none
+    did, the first with the most kinds of draft fate (the most of the legend at once).
+    """
+    if not trace.iterations:
+        return 0
+    its = trace.iterations
+    if has_trees(trace):
+        return max(range(len(its)), key=lambda j: (its[j].tree is not None, its[j].accepted, -j))
+    for j, it in enumerate(its):
+        if {"accepted", "rejected"} <= set(it.fate):
+            return j
+    return max(range(len(its)), key=lambda j: (len(set(fates(its[j]))), -j))
+
+
+def instructive_iterations(trace: Trace) -> list[int]:
+    """The passes that accepted at least one draft: the ones worth stepping between, as most passes of a
+    run at the default settings accept nothing and only fix one token, as AR would."""
+    return [j for j, it in enumerate(trace.iterations) if verifies_drafts(it) and it.accepted > 0]
 
 
 def stalls(trace: Trace, minimum: int = STALL_PASSES) -> list[tuple[int, int]]:
@@ -267,6 +292,19 @@ def drawn_after(iteration: Iteration) -> int | None:
 def tree_of(trace: Trace, j: int) -> DraftTree | None:
     """Iteration j's draft tree, with a clear error for a bad j; None where it verified none."""
     return _check_index(trace, j).tree
+
+
+def ratio_text(value: float) -> str:
+    """A ratio against AR as people say it: '2.91x', or '1.25x slower' below 1 (a ratio below 1 is a
+    loss, and '0.80x' reads as a gain to most people); 'n/a' where there is no ratio."""
+    if not math.isfinite(value) or value <= 0:
+        return "n/a"
+    return f"{value:.2f}x" if value >= 1 else f"{1 / value:.2f}x slower"
+
+
+def latency_text(speedup: float) -> str:
+    """AR's seconds over the method's in words: '1.72x latency speedup over AR', or '1.19x slower than AR'."""
+    return f"{ratio_text(speedup)} latency speedup over AR" if speedup >= 1 else f"{ratio_text(speedup)} than AR"
 
 
 def summary(trace: Trace, ar: Trace | None = None) -> dict:

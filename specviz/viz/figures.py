@@ -12,10 +12,21 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specviz.trace import Trace
-from specviz.viz.analysis import MAP_KINDS, acceptance_maps, fates, grid_state, has_trees, per_iteration, summary
+from specviz.viz.analysis import (
+    MAP_KINDS,
+    acceptance_maps,
+    fates,
+    grid_state,
+    has_trees,
+    latency_text,
+    per_iteration,
+    ratio_text,
+    summary,
+)
 from specviz.viz.palette import LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
 TITLE_CHARS = {False: 46, True: 26}  # characters per title line that fit a half-width plot
+MESSAGE_CHARS = {False: 56, True: 32}  # characters per line of a message in place of a plot, likewise
 TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): the app lays its plot label
 # and toolbar over the top of the figure
 MAP_TITLES = {
@@ -49,7 +60,8 @@ def message_figure(title: str, message: str, dark: bool = False, large: bool = F
     """A figure that says, in place of a plot, why there is nothing to plot (a view of another kind of run)."""
     fig = go.Figure()
     fig.add_annotation(
-        text="<br>".join(textwrap.wrap(message, 2 * TITLE_CHARS[large])),
+        # the message's font is smaller than the title's, but twice the title's width ran off a half-width plot
+        text="<br>".join(textwrap.wrap(message, MESSAGE_CHARS[large])),
         x=0.5,
         y=0.5,
         xref="paper",
@@ -320,14 +332,15 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
         top = 1.2 * max(value(trace), value(ar)) or 1.0  # room for the labels above the bars
         fig.update_yaxes(range=[0, top], row=1, col=col)
     title = (
-        f"{trace.method} vs {ar.method}: {numbers['step_compression']:.2f}x step compression,<br>"
-        f"{numbers['latency_speedup']:.2f}x latency speedup"
+        f"{trace.method} vs {ar.method}: {ratio_text(numbers['step_compression'])} step compression,<br>"
+        f"{latency_text(numbers['latency_speedup'])}"
     )
     return _finish(fig, title, 420, dark, large)
 
 
 def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False) -> go.Figure:
-    """Step compression and latency speedup of several methods; lossy ones hatched and labelled."""
+    """Step compression and latency speedup of several methods; lossy ones hatched and labelled, a
+    slowdown written as one ('1.19x slower')."""
     labels = [row["method"] + ("" if row["lossless"] else " (lossy)") for row in rows]
     hatch = ["" if row["lossless"] else "/" for row in rows]
     fig = go.Figure(
@@ -337,7 +350,7 @@ def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False)
                 y=[row[key] for row in rows],
                 name=name,
                 marker={"color": color, "pattern": {"shape": hatch, "solidity": 0.4}},
-                text=[f"{row[key]:.2f}x" for row in rows],
+                text=[ratio_text(row[key]) for row in rows],
                 textposition="outside",
                 cliponaxis=False,
             )

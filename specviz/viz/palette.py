@@ -63,13 +63,27 @@ def colors(dark: bool = False) -> dict[str, str]:
         "committed": "#7F7F7F" if dark else "#9A9A9A",
         "pending": "#2E2E2E" if dark else "#EBEBEB",
         "accepted": OKABE_ITO["bluish_green"],
+        # vermillion and orange, side by side, were hard to tell apart on a projector (and close under
+        # red-green colour blindness): redrawn takes reddish purple, and the rare, optional reset yellow
         "rejected": OKABE_ITO["vermillion"],
         "kept": OKABE_ITO["blue"],
-        "redrawn": OKABE_ITO["orange"],
-        "reset": OKABE_ITO["reddish_purple"],
+        "redrawn": OKABE_ITO["reddish_purple"],
+        "reset": OKABE_ITO["yellow"],
         "new": OKABE_ITO["sky_blue"],
         "outline": FOREGROUND[dark],
     }
+
+
+def swatches(states: tuple[str, ...] | None = None, dark: bool = False) -> str:
+    """HTML naming each state (by default every fate a default run shows) beside a small square of its
+    colour, so text that names the colours shows them."""
+    palette = colors(dark)
+    states = states or tuple(fate for fate in FATES if fate not in OPTIONAL_STATES)
+    return " ".join(
+        f'<span style="white-space:nowrap"><span style="display:inline-block;width:0.9em;height:0.9em;'
+        f'background:{palette[state]};vertical-align:-0.1em;border-radius:2px"></span> {LABELS[state]}</span>'
+        for state in states
+    )
 
 
 def theme(dark: bool = False, large: bool = False) -> dict:

@@ -34,6 +34,7 @@ from specviz.viz.analysis import (
     has_trees,
     per_iteration,
     per_tree,
+    ratio_text,
     summary,
     tokens_through,
     tree_shape_maps,
@@ -593,11 +594,6 @@ def comparison_notes(traces: Sequence[Trace]) -> list[str]:
 
 def _geometric_mean(values: Sequence[float]) -> float:
     return float(np.exp(np.mean(np.log(values))))
-
-
-def ratio_text(value: float) -> str:
-    """A ratio against AR as people say it: '2.91x', or '1.25x slower' below 1."""
-    return f"{value:.2f}x" if value >= 1 else f"{1 / value:.2f}x slower"
 
 
 def comparison(traces: Sequence[Trace], setting: Setting) -> Figure:
