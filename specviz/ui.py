@@ -621,6 +621,10 @@ def build() -> gr.Blocks:
                 method = gr.Dropdown([(method_label(n), n) for n in method_names], value="sjd", label="Method")
                 lossy_note = gr.Markdown(visible=False, elem_classes="lossy-note")
                 prompt = gr.Textbox(value="red apple", label="Prompt", max_lines=2)
+                # Run right under the prompt: on a 1280 x 720 projector it stays on the first screen
+                with gr.Row():
+                    run_button = gr.Button("Run", variant="primary", elem_id="run-button")
+                    stop_button = gr.Button("Stop")
                 gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
                 seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
                 method_controls = [method_control(name, "sjd") for name in PARAMETERS]
@@ -636,9 +640,6 @@ def build() -> gr.Blocks:
                 with gr.Row():
                     large = gr.Checkbox(False, label="Large type")
                     dark = gr.Checkbox(False, label="Dark")
-                with gr.Row():
-                    run_button = gr.Button("Run", variant="primary", elem_id="run-button")
-                    stop_button = gr.Button("Stop")
 
             with gr.Column(scale=3):
                 with gr.Tab("Race"):
