@@ -1,4 +1,5 @@
-"""specviz.viz on hand-made traces whose every number is worked out below, no model needed.
+"""specviz.viz on hand-made traces whose every number is worked out below, no model needed (and the
+window view on a real SJD run of the embedded model, at the end).
 
 The main trace: a 2x4 grid with one forced layout token (7) after the first row, so 9 sequence
 positions; position 4 is the layout slot and positions 5..8 are cells 4..7. A window of 4:
@@ -22,6 +23,7 @@ import plotly.graph_objects as go
 import pytest
 from PIL import Image
 
+from specviz.decoding import run
 from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
 from specviz.viz import (
     STATES,
@@ -45,7 +47,9 @@ from specviz.viz import (
     theme,
     tokens_through,
     window_figure,
+    window_size,
 )
+from specviz.viz.figures import OFFSET_TITLE
 from specviz.viz.palette import LABELS, NOW_LABEL, legend_states
 
 LAYOUT = [-1, -1, -1, -1, 7, -1, -1, -1, -1]
@@ -221,14 +225,19 @@ def test_window_figure(trace):
     fig = window_figure(trace, 1)
     assert isinstance(fig, go.Figure)
     assert fig.layout.title.text == "iteration 1/4: 2 accepted, rejected at 2"
-    grid, outline, bars, *legend = fig.data
-    assert len(fig.data) == 3 + len(legend_states(set()))
+    grid, outline, bars, strip, cross, *legend = fig.data
+    assert len(fig.data) == 5 + len(legend_states(set()))
     a, r, c, p = (_state_index(s) for s in ("accepted", "rejected", "committed", "pending"))
     assert np.asarray(grid.z).tolist() == [[c, a, a, r], [p, p, p, p]]  # position 4 (new) is no cell
     palette = colors()
     assert list(bars.marker.color) == [palette[s] for s in ("accepted", "accepted", "rejected", "new")]
     assert list(bars.y) == pytest.approx([0.5, 1.0, 0.25, 0.125], abs=1e-3)
     assert "ratio 0.250" in bars.customdata[2] and "token 4 (committed now)" in bars.customdata[2]
+    assert "then: redrawn (token changed)" in bars.customdata[3]  # a new draft's recorded fate, on hover
+    assert list(strip.marker.color) == list(bars.marker.color) and min(strip.y) > 0
+    assert (cross.name, list(cross.x)) == ("rejected", [2])
+    assert [(a.text, a.x) for a in fig.layout.annotations if a.text == "rejected"] == [("rejected", 2)]
+    assert list(fig.layout.xaxis2.range) == [-0.5, 3.5]  # the widest window the trace drafted: 4
     # three committed cells, each a closed rectangle of five points and a break
     assert len(outline.x) == 18 and outline.name == NOW_LABEL
     assert [t.name for t in legend] == [LABELS[s] for s in STATES if s != "reset"]  # no reset in this run
@@ -382,3 +391,56 @@ def test_exports_are_bounded_in_frames_and_size(tmp_path, monkeypatch):
         frames_module.write_animation(wide, lambda j: None, [tmp_path / "wide.gif"])
     with pytest.raises(ValueError, match=r"animations are \.gif or \.mp4"):
         frames_module.write_animation(long_run, lambda j: None, [tmp_path / "run.avi"])
+
+
+@pytest.fixture(scope="module")
+def sjd(tiny) -> Trace:
+    """A real SJD run on the embedded model (W = 16): passes that reject, keep and redraw drafts."""
+    return run(tiny, "sjd", "red apple", 0)
+
+
+def _window_traces(fig: go.Figure) -> dict:
+    return {t.name: t for t in fig.data if t.name in ("window", "fates", "rejected")}
+
+
+def test_window_figure_shows_each_drafts_recorded_fate(sjd):
+    palette = colors()
+    shown = set()
+    for j, it in enumerate(sjd.iterations):
+        if not it.drafts:
+            continue
+        bars = _window_traces(window_figure(sjd, j))["window"]
+        for offset, (fate, color, hover) in enumerate(zip(it.fate, bars.marker.color, bars.customdata, strict=True)):
+            if color == palette["new"]:  # verified for the first time: its recorded fate said on hover
+                assert offset >= len(it.drafts) - len(it.new_init) and fate in ("kept", "redrawn", "reset")
+                assert f"then: {LABELS[fate]}" in hover
+            else:
+                assert color == palette[fate] and f"state: {LABELS[fate]}" in hover
+                shown.add(fate)
+    assert {"accepted", "rejected", "kept", "redrawn"} <= shown
+
+
+def test_window_offset_axis_is_the_runs_window(sjd):
+    full = next(j for j, it in enumerate(sjd.iterations) if len(it.drafts) == 16)
+    short = next(j for j, it in enumerate(sjd.iterations) if 0 < len(it.drafts) < 16)
+    assert window_size(sjd) == sjd.params["window"] == 16
+    for j in (0, full, short):  # no drafts, a full window, one cut short by the end of the image: one axis
+        fig = window_figure(sjd, j)
+        assert list(fig.layout.xaxis2.range) == [-0.5, 15.5]
+        assert fig.layout.xaxis2.title.text == OFFSET_TITLE
+        assert fig.layout.xaxis.side == "top"  # the grid's columns are not above the offsets
+
+
+def test_rejected_draft_is_marked_however_small_its_ratio(sjd):
+    j, it = next(
+        (j, it) for j, it in enumerate(sjd.iterations) if it.rejected_at is not None and it.ratio[it.rejected_at] < 0.01
+    )
+    fig = window_figure(sjd, j)
+    traces = _window_traces(fig)
+    r = it.rejected_at
+    assert traces["fates"].y[r] > 0.1 and traces["fates"].marker.color[r] == colors()["rejected"]
+    assert list(traces["rejected"].x) == [r] and traces["rejected"].marker.symbol == "x"
+    (label,) = [a for a in fig.layout.annotations if a.text == "rejected"]
+    assert (label.x, label.bordercolor) == (r, colors()["rejected"]) and label.ay >= 0.5
+    accepted_all = next(j for j, it in enumerate(sjd.iterations) if it.drafts and it.rejected_at is None)
+    assert "rejected" not in _window_traces(window_figure(sjd, accepted_all))

@@ -20,6 +20,7 @@ from specviz.viz.analysis import (
     tokens_through,
     tree_layout,
     tree_shape_maps,
+    window_size,
 )
 from specviz.viz.figures import (
     acceptance_map_figure,
@@ -77,5 +78,6 @@ __all__ = [
     "tree_shape_figure",
     "tree_shape_maps",
     "window_figure",
+    "window_size",
     "write_animation",
 ]

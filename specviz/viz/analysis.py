@@ -51,6 +51,15 @@ def fates(iteration: Iteration) -> list[str]:
     ]
 
 
+def window_size(trace: Trace) -> int:
+    """Drafts in the widest window the run may verify: its `window` parameter, or the widest window it
+    drafted where that is wider or the trace names none (a converted or hand-made trace). The window
+    views draw their offsets on this fixed axis, so stepping through the run never rescales them."""
+    param = trace.params.get("window")
+    named = param if isinstance(param, int) and not isinstance(param, bool) else 0
+    return max(named, *(len(it.drafts) for it in trace.iterations))
+
+
 def verifies_drafts(iteration: Iteration) -> bool:
     """A pass that verified drafts (a window or a tree), as opposed to one that only sampled a token."""
     return bool(iteration.drafts) or iteration.tree is not None

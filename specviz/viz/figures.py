@@ -22,13 +22,16 @@ from specviz.viz.analysis import (
     per_iteration,
     ratio_text,
     summary,
+    window_size,
 )
-from specviz.viz.palette import LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
+from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
 TITLE_CHARS = {False: 46, True: 26}  # characters per title line that fit a half-width plot
 MESSAGE_CHARS = {False: 56, True: 32}  # characters per line of a message in place of a plot, likewise
 TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): the app lays its plot label
 # and toolbar over the top of the figure
+STRIP = 0.12  # height of the fate strip under the ratio bars, in units of the ratio axis
+OFFSET_TITLE = "draft offset in the window (0 = first draft)"  # not the grid's columns, drawn above it
 MAP_TITLES = {
     "iteration": "iteration that committed each cell",
     "run_length": "tokens committed together with each cell",
@@ -38,14 +41,16 @@ MAP_TITLES = {
 
 def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool) -> go.Figure:
     """Apply the shared theme, title and height. Titles are wrapped to fit a half-width plot, and the
-    top margin is sized to their lines and a legend above the plot, so with large type neither is
-    clipped nor runs into the plot."""
+    top margin is sized to their lines, a legend above the plot and an axis on top, so with large type
+    none is clipped nor runs into another."""
     title = "<br>".join("<br>".join(textwrap.wrap(line, TITLE_CHARS[large])) for line in title.split("<br>"))
     style = theme(dark, large)
     font = style["font"]["size"]
     legend_above = fig.layout.legend.y is not None and fig.layout.legend.y > 1
     pad = TITLE_PAD[large]
+    axis_above = fig.layout.xaxis.side == "top"  # its ticks and title go between the title and the plot
     top = pad + 20 + (title.count("<br>") + 1) * int(1.6 * font) + (2 * font if legend_above else 0)
+    top += 3 * font if axis_above else 0
     height += 120 if large else 0
     fig.update_layout(
         **style,
@@ -153,6 +158,8 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
                 f"draft token {it.drafts[i]} (offset {i})",
                 f"p_old {it.p_old[i]:.3f}  p_new {it.p_new[i]:.3f}  ratio {it.ratio[i]:.3f}",
             ]
+            if it.fate[i] != state:  # a new draft still had a fate: kept or redrawn into the next window
+                lines.append(f"then: {LABELS[it.fate[i]]}")
         if position < end:
             lines.append(f"token {trace.tokens[position]}" + (" (committed now)" if position >= it.start else ""))
         return "<br>".join(lines)
@@ -178,20 +185,55 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         row=1,
         col=1,
     )
-    width = len(it.drafts)
-    fig.add_trace(
-        go.Bar(
-            x=np.arange(width),
-            y=it.ratio,
-            marker={"color": [palette[state] for state in draft_fates]},
-            customdata=bar_hover,
-            hovertemplate="%{customdata}<extra></extra>",
-            name="window",
-            showlegend=False,
-        ),
-        row=2,
-        col=1,
-    )
+    offsets = np.arange(len(it.drafts))
+    fills = [palette[state] for state in draft_fates]
+    for y, base, name in ((it.ratio, None, "window"), ([STRIP] * len(offsets), -1.3 * STRIP, "fates")):
+        # the ratios, and under them a strip of every draft's fate: a ratio of 0 still shows its fate
+        fig.add_trace(
+            go.Bar(
+                x=offsets,
+                y=y,
+                base=base,
+                marker={"color": fills},
+                customdata=bar_hover,
+                hovertemplate="%{customdata}<extra></extra>",
+                name=name,
+                showlegend=False,
+            ),
+            row=2,
+            col=1,
+        )
+    width = window_size(trace)
+    if it.rejected_at is not None:  # its ratio is often about 0, no bar at all: cross it out and label it
+        fig.add_trace(
+            go.Scatter(
+                x=[it.rejected_at],
+                y=[-0.8 * STRIP],
+                mode="markers",
+                marker={"symbol": "x", "size": 14, "color": palette["outline"]},
+                hoverinfo="skip",
+                name="rejected",
+                showlegend=False,
+            ),
+            row=2,
+            col=1,
+        )
+        fig.add_annotation(
+            text="rejected",
+            x=it.rejected_at,
+            y=0,
+            ax=it.rejected_at,
+            ay=0.6,
+            xref="x2",
+            yref="y2",
+            axref="x2",
+            ayref="y2",
+            arrowcolor=palette["rejected"],
+            arrowwidth=2,
+            bgcolor=BACKGROUND[dark],
+            bordercolor=palette["rejected"],
+            borderwidth=2,
+        )
     for state in legend_states(set(draft_fates)):
         fig.add_trace(
             go.Scatter(
@@ -204,7 +246,16 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
             row=1,
             col=1,
         )
-    fig.update_xaxes(showgrid=False, zeroline=False, row=1, col=1, range=[-0.5, g.cols - 0.5], constrain="domain")
+    fig.update_xaxes(  # the columns on top, so the draft offsets below do not read as them
+        showgrid=False,
+        zeroline=False,
+        row=1,
+        col=1,
+        range=[-0.5, g.cols - 0.5],
+        constrain="domain",
+        side="top",
+        title="column",
+    )
     fig.update_yaxes(
         showgrid=False,
         zeroline=False,
@@ -222,14 +273,22 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         col=1,
         range=[-0.5, max(width, 1) - 0.5],
         showticklabels=bool(width),
-        title="offset in window" if width else None,
+        title=OFFSET_TITLE if width else None,
     )
-    fig.update_yaxes(zeroline=False, row=2, col=1, range=[0, 1.05], tickvals=[0, 0.5, 1], title="ratio")
-    if not width:
+    fig.update_yaxes(zeroline=False, row=2, col=1, range=[-1.4 * STRIP, 1.05], tickvals=[0, 0.5, 1], title="ratio")
+    if not it.drafts:
         fig.add_annotation(
-            text="no drafts this iteration", x=0, y=0.5, xref="x2", yref="y2", showarrow=False, font={"size": 14}
+            text="no drafts this iteration",
+            x=(max(width, 1) - 1) / 2,
+            y=0.5,
+            xref="x2",
+            yref="y2",
+            showarrow=False,
+            font={"size": 14},
         )
-    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0.5, "xanchor": "center"})
+    fig.update_layout(
+        barmode="overlay", legend={"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0.5, "xanchor": "center"}
+    )
     return _finish(fig, window_title(trace, j), 760, dark, large)
 
 

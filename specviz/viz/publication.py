@@ -39,7 +39,7 @@ from specviz.viz.analysis import (
     tokens_through,
     tree_shape_maps,
 )
-from specviz.viz.figures import window_title
+from specviz.viz.figures import OFFSET_TITLE, window_title
 from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, lightness
 
 FORMATS = ("pdf", "svg", "png")
@@ -449,7 +449,7 @@ def window(trace: Trace, setting: Setting) -> Figure:
         labelspacing=0.35,
     )
     if it.drafts:
-        _draw_ratios(fig.add_subplot(layout[-1, :]), it, setting)
+        _draw_ratios(fig.add_subplot(layout[-1, :]), it, analysis.window_size(trace), setting)
     return fig
 
 
@@ -466,9 +466,11 @@ def _draw_image(ax: Axes, image: Image.Image, rows: int, cols: int, setting: Set
         spine.set_edgecolor(setting.palette["committed"])
 
 
-def _draw_ratios(ax: Axes, it: Iteration, setting: Setting) -> None:
+def _draw_ratios(ax: Axes, it: Iteration, width: int, setting: Setting) -> None:
     """The window's acceptance ratios min(1, p_new/p_old), one bar per draft in its fate's colours, over
-    a strip of every draft's fate, so that a draft with ratio 0 still shows what became of it."""
+    a strip of every draft's fate, so that a draft with ratio 0 still shows what became of it; the
+    rejected draft crossed out on the strip and labelled. Offsets run over the run's whole window
+    (`width` drafts), so every iteration's figure has the same axis."""
     draft_fates = fates(it)
     fills = [setting.palette[state] for state in draft_fates]
     offsets = np.arange(len(it.drafts))
@@ -476,15 +478,38 @@ def _draw_ratios(ax: Axes, it: Iteration, setting: Setting) -> None:
     strip = ax.bar(offsets, STRIP_HEIGHT, bottom=-1.3 * STRIP_HEIGHT, width=0.8, color=fills)
     for patches in (bars.patches, strip.patches):
         _mark_patches(patches, draft_fates, setting)
+    if it.rejected_at is not None:
+        ax.annotate(
+            "rejected",
+            xy=(it.rejected_at, -0.8 * STRIP_HEIGHT),
+            xytext=(it.rejected_at, 0.6),
+            ha="center",
+            va="center",
+            color=setting.foreground,
+            bbox={
+                "boxstyle": "square,pad=0.2",
+                "facecolor": BACKGROUND[setting.style.dark],
+                "edgecolor": setting.palette["rejected"],
+            },
+            arrowprops={"arrowstyle": "-", "color": setting.palette["rejected"], "linewidth": setting.style.line_pt},
+        )
+        ax.plot(
+            it.rejected_at,
+            -0.8 * STRIP_HEIGHT,
+            marker="x",
+            color=setting.foreground,
+            markersize=1.1 * setting.style.small_pt,
+            markeredgewidth=1.5 * setting.style.line_pt,
+        )
     ax.axhline(0, color=setting.foreground, linewidth=0.5 * setting.style.line_pt)
-    ax.set_xlim(-0.6, len(it.drafts) - 0.4)
+    ax.set_xlim(-0.6, width - 0.4)
     ax.set_ylim(-1.4 * STRIP_HEIGHT, 1.05)
     ax.set_yticks([0, 0.5, 1])
     ax.spines["bottom"].set_visible(False)
     ax.spines["left"].set_bounds(0, 1)
     ax.tick_params(axis="x", length=0)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
-    ax.set_xlabel("offset in window")
+    ax.set_xlabel(OFFSET_TITLE)
     ax.set_ylabel("acceptance\nratio", linespacing=1.0)
 
 
