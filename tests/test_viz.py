@@ -384,6 +384,9 @@ def test_exports_are_bounded_in_frames_and_size(tmp_path, monkeypatch):
     written = frames_module.write_animation(long_run, lambda j: None, [tmp_path / "run.gif"])
     with Image.open(written[0]) as gif:
         assert gif.n_frames == 20 and gif.width <= frames_module.MAX_FRAME_WIDTH
+        assert abs(gif.info["duration"] - 125) <= 10  # 8 frames per second, in the format's centiseconds
+        gif.seek(gif.n_frames - 1)
+        assert gif.info["duration"] == 2000  # the finished image holds before the loop starts again
     wide = _trace(
         [Iteration(start=0, committed=[1], forward_ms=1.0)], [-1] * 2048, rows=1, cols=2048, method="ar", nfe=1
     )

@@ -24,6 +24,7 @@ Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
 MAX_FRAMES = 400  # longer runs are subsampled evenly for export
 MAX_FRAME_WIDTH = 2048  # pixels; wide grids are drawn with smaller cells
 GIF_PIXEL_BUDGET = 200_000_000  # pixels over all GIF frames (one byte each until the file is written)
+HOLD_LAST_SECONDS = 2.0  # exports pause on the finished image before they loop, as a slide wants
 
 
 def _round_up(value: int, multiple: int = 16) -> int:
@@ -183,16 +184,19 @@ def write_animation(
     try:
         for j in steps:
             picture = first if j == 0 else frame(trace, j, image_at(j), scale, dark)
+            held = round(HOLD_LAST_SECONDS * fps) if j == steps[-1] else 1  # the finished image stays a moment
             for writer in video:
-                writer.append_data(np.asarray(picture.convert("RGB")))
+                for _ in range(held):
+                    writer.append_data(np.asarray(picture.convert("RGB")))
             if ".gif" in suffixes:
                 palette_frames.append(picture.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT))
     finally:
         for writer in video:
             writer.close()
     for path in (p for p in paths if p.suffix == ".gif"):
+        durations = [round(1000 / fps)] * (len(palette_frames) - 1) + [round(1000 * HOLD_LAST_SECONDS)]
         palette_frames[0].save(
-            path, save_all=True, append_images=palette_frames[1:], duration=round(1000 / fps), loop=0, optimize=False
+            path, save_all=True, append_images=palette_frames[1:], duration=durations, loop=0, optimize=False
         )
     return paths
 
