@@ -58,13 +58,18 @@ def nearest_code(vectors: torch.Tensor, codebook: torch.Tensor, chunk: int = 655
 
 
 def fit_codebook(vectors: torch.Tensor, size: int, iterations: int, generator: torch.Generator) -> torch.Tensor:
-    """Lloyd's k-means from a k-means++ start; empty clusters restart at the worst-fit vectors."""
+    """Lloyd's k-means from a k-means++ start; empty clusters restart at the worst-fit vectors.
+
+    Runs on the vectors' device; the k-means++ draws take uniforms from the CPU `generator` and
+    invert the cumulative distance, so the same seed picks the same starts on any device."""
     n = vectors.shape[0]
-    centres = torch.empty(size, vectors.shape[1])
-    centres[0] = vectors[torch.randint(n, (1,), generator=generator)]
+    centres = torch.empty(size, vectors.shape[1], device=vectors.device)
+    centres[0] = vectors[int(torch.randint(n, (1,), generator=generator))]
     closest = ((vectors - centres[0]) ** 2).sum(1)
+    uniforms = torch.rand(size, generator=generator, dtype=torch.float64).to(vectors.device)
     for k in range(1, size):
-        pick = torch.multinomial(closest / closest.sum(), 1, generator=generator)
+        cumulative = closest.double().cumsum(0)
+        pick = torch.searchsorted(cumulative, uniforms[k : k + 1] * cumulative[-1]).clamp(max=n - 1)
         centres[k] = vectors[pick]
         closest = torch.minimum(closest, ((vectors - centres[k]) ** 2).sum(1))
     for _ in range(iterations):
