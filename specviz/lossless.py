@@ -30,6 +30,7 @@ from scipy.stats import chi2
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from specviz.decoding.registry import get_method
+from specviz.models.draft_head import DraftHead
 from specviz.models.protocol import IMAGE_CELL, Geometry
 from specviz.models.session import CachedSession, PromptRows, image_head, transformers_mask
 from specviz.models.settings import SamplingSettings
@@ -167,6 +168,9 @@ class LlamaToyModel:
         self.head = image_head(self.lm.lm_head.weight[: vocab - 1], layout_tokens=1)
         codes = torch.linspace(0.0, 1.0, vocab - 1)[:, None]
         self.token_vectors = torch.cat([codes, torch.tensor([[1000.0]])])
+        with torch.random.fork_rng(devices=[]):  # an untrained EAGLE head: poor drafts, still exact output
+            torch.manual_seed(seed + 1)
+            self.draft_head = DraftHead.sized_for(self.lm.config, self.lm.model.embed_tokens, self.head).eval()
 
     @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:
@@ -176,7 +180,9 @@ class LlamaToyModel:
         ids = torch.tensor(rows)[:, None]
         hidden = decoder(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
 
-        def run(tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions) -> torch.Tensor:
+        def run(
+            tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions
+        ) -> tuple[torch.Tensor, torch.Tensor]:
             attention = transformers_mask(mask, self.lm.config, self.lm.dtype)
             out = decoder(
                 input_ids=tokens,
@@ -185,7 +191,7 @@ class LlamaToyModel:
                 past_key_values=cache,
                 use_cache=True,
             )
-            return self.head(out.last_hidden_state)
+            return self.head(out.last_hidden_state), out.last_hidden_state
 
         return CachedSession(
             self.geometry,
@@ -195,6 +201,8 @@ class LlamaToyModel:
             run,
             guidance_scale,
             token_vectors=self.token_vectors,
+            draft_head=self.draft_head,
+            prefill_features=hidden[:, -1],
         )
 
 

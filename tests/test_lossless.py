@@ -89,6 +89,13 @@ def test_tree_methods_stay_exact_on_the_long_toy_and_through_real_attention(meth
     _passes(method, TREE_LLAMA, toy="llama")
 
 
+@pytest.mark.parametrize("method", ["eagle2", "peanut"])
+def test_tree_methods_with_an_eagle_head_stay_exact(method):
+    """The head drafter (its own cache, tree mask and guidance rows) on the llama toy's untrained head: the
+    drafts come from another network, the output must still be exact AR."""
+    _passes(method, TREE_LLAMA, toy="llama", params={"drafter": "head"})
+
+
 def test_toy_trees_are_deep_and_wide_and_test_several_siblings():
     """The tree tests above mean something only if the trees branch and later siblings get tested."""
     model = TOYS["short"]()

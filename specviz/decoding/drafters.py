@@ -1,4 +1,4 @@
-"""Drafters: who proposes the tokens of a draft tree (eagle2, peanut).
+"""Drafters: who proposes the tokens of a draft tree (eagle2, peanut): `training-free` or `head`.
 
 The tree loop (`specviz.decoding.tree`) grows a tree level by level, as EAGLE-2 does: it hands the
 drafter the frontier (the nodes to expand, all at one sequence position) and asks for each node's k
@@ -25,6 +25,15 @@ pass every token's entry is the prefill's distribution (the first token's), the 
 The rows are the model's own softmax, before temperature, top-k and top-p, as an EAGLE head's
 confidences are: under greedy decoding the target is one-hot, but the runners-up of a nearby context
 are still the likeliest argmax here. Pairs live in a hash table of fixed size; a collision only costs a worse guess.
+
+`head` is EAGLE's: a trained draft head (`specviz.models.draft_head`) reads, for the token at position
+i, the target's feature at i - 1 and predicts the feature at i; the target's LM head turns it into the
+draft distribution of position i + 1. The head keeps its own KV cache over the committed image tokens,
+whose features come from the target's passes (exact), and drafts a tree level by level on its own
+predicted features: each frontier node attends to the committed entries and to its own ancestors in
+the tree (an ancestor mask over the level entries, as the target's tree pass has). With guidance, the
+head runs both of the session's rows, each on its own row's features, and ranks candidates by the
+guided combination of the two rows' draft logits, as the target combines its own.
 """
 
 from __future__ import annotations
@@ -33,8 +42,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+from transformers import DynamicCache
 
 from specviz.models.protocol import Session, UnsupportedMethod, capabilities
+from specviz.models.session import combine_guidance
 
 
 @dataclass
@@ -66,6 +77,7 @@ class VerifiedPass:
     depths: torch.Tensor  # (n + 1,) 0 for the head: node i sits at head_position + depths[i]
     rows: torch.Tensor  # (n + 1, V) the model's distribution (softmax of its logits) of the position after each
     on_path: torch.Tensor  # (n + 1,) bool: the head and the accepted nodes
+    features: torch.Tensor | None = None  # (rows, n + 1, H) the target's hidden states, where it offers them
 
 
 class Drafter(Protocol):
@@ -161,6 +173,67 @@ def above_positions(session: Session) -> list[int]:
     return [position_of_cell[cell - geometry.cols] if cell >= geometry.cols else -1 for cell in cells]
 
 
+class HeadDrafter:
+    """EAGLE's trained draft head over the session's features (`needs` a session with a `draft_head`)."""
+
+    needs: frozenset[str] = frozenset({"draft_head"})
+
+    def __init__(self, session: Session, first: torch.Tensor, width: int):
+        self.head = session.draft_head
+        self.scale = session.guidance_scale
+        self.feature = session.prefill_features  # (rows, H): the target's feature before the head token
+        self.rows = self.feature.shape[0]
+        self.cache = DynamicCache()
+        self.committed = 0  # head-cache entries of committed positions (one per committed image token)
+        self.level_ancestry: torch.Tensor | None = None  # (f, entries of this tree so far) bool
+
+    @torch.inference_mode()
+    def expand(self, frontier: Frontier, count: int) -> Proposal:
+        nodes = len(frontier.tokens)
+        if frontier.state is None:  # the tree's first level: the head token, on the target's feature
+            crop_to(self.cache, self.committed)
+            parent_features = self.feature[:, None, :]  # (rows, 1, H)
+            ancestry = torch.ones(1, 1, dtype=torch.bool, device=frontier.tokens.device)
+        else:  # (f, rows, H) each node's parent's predicted feature; the nodes' ancestors, then themselves
+            parent_features = frontier.state.transpose(0, 1)
+            earlier = self.level_ancestry[frontier.parent_slot]
+            ancestry = torch.cat([earlier, torch.eye(nodes, dtype=torch.bool, device=earlier.device)], dim=1)
+        self.level_ancestry = ancestry
+        committed = torch.ones(nodes, self.committed, dtype=torch.bool, device=ancestry.device)
+        mask = torch.cat([committed, ancestry], dim=1).expand(self.rows, 1, -1, -1)
+        tokens = frontier.tokens[None].expand(self.rows, -1)
+        positions = torch.full_like(tokens, frontier.position)
+        predicted = self.head(tokens, parent_features, positions, self.cache, mask)  # (rows, f, H)
+        logits = combine_guidance(self.head.logits(predicted).float(), self.scale)  # (f, V)
+        top = logits.log_softmax(-1).topk(min(count, logits.shape[-1]))
+        state = predicted.transpose(0, 1)[:, None].expand(-1, top.indices.shape[1], -1, -1)  # (f, k, rows, H)
+        return Proposal(top.indices, top.values, state)
+
+    @torch.inference_mode()
+    def observe(self, verified: VerifiedPass) -> None:
+        """Enter the committed tokens into the head's cache, each on the target's feature before it."""
+        kept = verified.accepted + 1  # the head token and the accepted path, in order of depth
+        order = torch.sort((~verified.on_path).to(torch.int8), stable=True).indices[:kept]
+        features = verified.features[:, order]  # (rows, kept, H) the target's feature at each kept token
+        before = torch.cat([self.feature[:, None, :], features[:, :-1]], dim=1)
+        crop_to(self.cache, self.committed)
+        tokens = verified.tokens[order][None].expand(self.rows, -1)
+        positions = (verified.head_position + torch.arange(kept, device=tokens.device))[None].expand(self.rows, -1)
+        causal = torch.ones(kept, kept, dtype=torch.bool, device=tokens.device).tril()
+        past = torch.ones(kept, self.committed, dtype=torch.bool, device=tokens.device)
+        mask = torch.cat([past, causal], dim=1).expand(self.rows, 1, -1, -1)
+        self.head(tokens, before, positions, self.cache, mask)
+        self.committed += kept
+        self.feature = features[:, -1]
+
+
+def crop_to(cache: DynamicCache, length: int) -> None:
+    """Drop every cache entry after the first `length` (transformers 5 crops by a negative count)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
 class DrafterClass(Protocol):
     needs: frozenset[str]
 
@@ -170,11 +243,17 @@ class DrafterClass(Protocol):
         ...
 
 
-DRAFTERS: dict[str, DrafterClass] = {"training-free": TrainingFreeDrafter}
+CAPABILITY_WORDS = {"draft_head": "draft_head (a trained EAGLE head: head.safetensors beside the weights)"}
+
+DRAFTERS: dict[str, DrafterClass] = {"training-free": TrainingFreeDrafter, "head": HeadDrafter}
 
 
 def check_needs(session: Session, name: str) -> None:
     """Refuse, before a run, a session that lacks a capability the drafter declares it needs."""
     missing = sorted(DRAFTERS[name].needs - capabilities(session))
     if missing:
-        raise UnsupportedMethod(f"the {name} drafter needs {', '.join(missing)}, which this model does not provide")
+        wanted = ", ".join(CAPABILITY_WORDS.get(need, need) for need in missing)
+        raise UnsupportedMethod(
+            f"the {name} drafter needs {wanted}, which this model does not provide; "
+            "the training-free drafter works with every model"
+        )

@@ -17,7 +17,7 @@ from specviz.models.settings import SettingsError
 
 MAX_WINDOW = 128
 INIT_STRATEGIES = ("random", "repeat-left", "repeat-above", "sample-left", "sample-above")
-DRAFTERS = ("training-free",)  # draft-tree drafters (specviz.decoding.drafters)
+DRAFTERS = ("training-free", "head")  # draft-tree drafters (specviz.decoding.drafters)
 MAX_TREE_DEPTH = 64
 MAX_TREE_TOKENS = 1000  # below the trace's bound on one iteration's records
 
@@ -207,7 +207,7 @@ class TreeParameters(Parameters):
     drafter: str = parameter(
         "training-free",
         "who proposes the tree's tokens: training-free (the top-k continuations the model itself gave earlier "
-        "in the run; no training)",
+        "in the run; no training, every model) or head (EAGLE's trained draft head, where the model ships one)",
         "Drafter",
         choices=DRAFTERS,
     )

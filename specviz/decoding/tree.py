@@ -288,7 +288,8 @@ class TreeLoop:
         on_path = torch.cat([torch.ones(1, dtype=torch.bool, device=p.device), verdict.reached])
         depths = torch.tensor([0, *tree.depths], device=p.device)
         model_rows = logits.float().softmax(-1)
-        self.drafter.observe(VerifiedPass(self.head_position, len(path), fed, depths, model_rows, on_path))
+        features = getattr(self.session, "features", None)
+        self.drafter.observe(VerifiedPass(self.head_position, len(path), fed, depths, model_rows, on_path, features))
         committed = [tree.tokens[node] for node in path]
         self.head_position = start + len(path)
         if self.head_position < self.seq_len:

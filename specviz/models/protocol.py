@@ -94,8 +94,15 @@ class UnsupportedMethod(ValueError):
 
 def capabilities(session: Session) -> frozenset[str]:
     """What a session offers beyond the protocol's core, read from its declared fields: `token_vectors`
-    (the codebook). A drafter names the capabilities it needs; one a session lacks refuses the method."""
-    return frozenset({"token_vectors"} if session.token_vectors is not None else ())
+    (the codebook) and `draft_head` (a trained EAGLE head, with `prefill_features`, `features` after
+    every forward, and `guidance_scale`). A drafter names the capabilities it needs; one a session
+    lacks refuses the method."""
+    offered = set()
+    if session.token_vectors is not None:
+        offered.add("token_vectors")
+    if getattr(session, "draft_head", None) is not None:
+        offered.add("draft_head")
+    return frozenset(offered)
 
 
 def token_vectors(session: Session, method: str) -> torch.Tensor:

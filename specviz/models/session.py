@@ -26,8 +26,11 @@ from transformers import DynamicCache
 from specviz.models.protocol import IMAGE_CELL, Geometry
 
 # (tokens (rows, n), cache, attention_mask (rows, 1, n, cache length after the pass) bool or None,
-#  position_ids (rows, n) or None) -> raw logits (rows, n, V): one model pass appending n tokens per row
-RunFn = Callable[[torch.Tensor, Any, torch.Tensor | None, torch.Tensor | None], torch.Tensor]
+#  position_ids (rows, n) or None) -> raw logits (rows, n, V): one model pass appending n tokens per row.
+#  A model with a draft head returns (raw logits, last hidden states (rows, n, H)).
+RunFn = Callable[
+    [torch.Tensor, Any, torch.Tensor | None, torch.Tensor | None], torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+]
 CombineFn = Callable[[torch.Tensor, float], torch.Tensor]
 
 
@@ -107,9 +110,16 @@ class CachedSession:
         *,
         combine: CombineFn = combine_guidance,
         token_vectors: torch.Tensor | None = None,
+        draft_head: Any = None,
+        prefill_features: torch.Tensor | None = None,
     ):
         self.geometry = geometry
         self.token_vectors = token_vectors
+        # an EAGLE head for this model (`specviz.models.draft_head`), the prompt's last hidden state
+        # (rows, H), and the last forward's hidden states (rows, n, H) it reads; None without a head
+        self.draft_head = draft_head
+        self.prefill_features = prefill_features
+        self.features: torch.Tensor | None = None
         self.position = 0
         self.nfe = 1
         self._cache = cache
@@ -133,6 +143,10 @@ class CachedSession:
     def next_logits(self) -> torch.Tensor:
         return self._next
 
+    @property
+    def guidance_scale(self) -> float:
+        return self._scale
+
     def forward(self, tokens: torch.Tensor, parents: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor:
         tokens = tokens.reshape(-1)
         count = tokens.shape[0]
@@ -151,6 +165,8 @@ class CachedSession:
             mask, positions = self._attention(causal, torch.arange(count, device=self._device))
         with torch.inference_mode():
             raw = self._run(tokens.reshape(1, -1).expand(self._rows, -1), self._cache, mask, positions)
+        if isinstance(raw, tuple):
+            raw, self.features = raw
         self._pending, self._parents = count, parents
         self.nfe += 1
         self._last = self._force(self._combine(raw.float(), self._scale), self.position + 1, depth)

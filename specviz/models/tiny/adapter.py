@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from PIL import Image
 from safetensors.torch import load_file
 from transformers import DynamicCache
 
+from specviz.models.draft_head import HEAD_FILES, DraftHead
 from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import Geometry
 from specviz.models.session import CachedSession, PromptRows, transformers_mask
@@ -101,8 +103,10 @@ class TinyModel:
         tokenizer: PatchTokenizer,
         device: torch.device,
         default_sampling: SamplingSettings = DEFAULT_SAMPLING,
+        draft_head: DraftHead | None = None,
     ):
         self.network = network.eval().requires_grad_(False)
+        self.draft_head = None if draft_head is None else draft_head.to(device).eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.device = device
         self.default_sampling = default_sampling
@@ -132,7 +136,14 @@ class TinyModel:
             raise _unusable(
                 folder, f"codebook.safetensors needs a 'codebook' tensor of shape ({config.vocab_size}, 27)"
             )
-        return cls(network.to(device), PatchTokenizer(codebook.to(device)), torch.device(device), sampling)
+        head = None
+        if all((folder / name).is_file() for name in HEAD_FILES):  # optional: the `head` drafter's weights
+            try:
+                head = DraftHead.load(folder, network.lm.get_input_embeddings(), network.lm.lm_head)
+            except (RuntimeError, ValueError, KeyError, OSError, TypeError, StrictDataclassError) as error:
+                raise _unusable(folder, f"head.safetensors does not fit head.json or the model: {error}") from None
+        device_ = torch.device(device)
+        return cls(network.to(device_), PatchTokenizer(codebook.to(device_)), device_, sampling, head)
 
     @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:
@@ -152,6 +163,8 @@ class TinyModel:
             self._run,
             guidance_scale,
             token_vectors=self.tokenizer.codebook,
+            draft_head=self.draft_head,
+            prefill_features=hidden[:, -1],
         )
 
     @torch.inference_mode()
@@ -188,7 +201,7 @@ class TinyModel:
             past_key_values=cache,
             use_cache=True,
         ).last_hidden_state
-        return lm.lm_head(hidden)
+        return lm.lm_head(hidden), hidden
 
     def decode(self, tokens: list[int] | torch.Tensor) -> Image.Image:
         tokens = torch.as_tensor(tokens, dtype=torch.long, device=self.device).flatten()
