@@ -429,6 +429,18 @@ def sampling_updates(sampling: SamplingSettings) -> tuple:
     )
 
 
+def known_prompts(name: str) -> tuple[list[str], str | None]:
+    """The names the model was trained on, where the project knows them, and a line saying so."""
+    known = get_entry(name).known_prompts() if name in MODELS else []
+    return known, (f"{name} knows {len(known):,} names; free text gives the nearest it learned" if known else None)
+
+
+def known_prompts_of(name: str) -> dict:
+    """The known-names list for the chosen model, hidden where there is none."""
+    known, info = known_prompts(name)
+    return gr.update(choices=known, value=None, visible=bool(known), info=info)
+
+
 def model_defaults(name: str) -> tuple:
     """The sampling controls at the chosen model's own defaults (its release settings), read from the
     registry without loading its weights."""
@@ -626,6 +638,15 @@ def build() -> gr.Blocks:
                     run_button = gr.Button("Run", variant="primary", elem_id="run-button")
                     stop_button = gr.Button("Stop")
                 gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
+                known, known_info = known_prompts("tiny")
+                known_names = gr.Dropdown(
+                    known,
+                    value=None,
+                    filterable=True,
+                    label="Names it was trained on (type to search)",
+                    info=known_info,
+                    visible=bool(known),
+                )
                 seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
                 method_controls = [method_control(name, "sjd") for name in PARAMETERS]
                 with gr.Accordion("Sampling", open=False):
@@ -687,14 +708,21 @@ def build() -> gr.Blocks:
                 with gr.Tab("Replay and export"):
                     gr.Markdown(
                         "Upload a saved `trace.json` (for example one made on a GPU) to inspect it here without "
-                        "running a model. Download the current run's trace, an animation, a frame, or "
+                        "running a model. Download the current run's trace, a slide-sized animation (GIF and MP4, "
+                        "beside its AR run after a race), a frame, or "
                         "`figures.zip`: the publication figures of the run (and its AR baseline) at this iteration, "
                         "as PDF, SVG and PNG, in paper style (dark style in dark mode), the same files as "
                         "`python -m specviz figures`; each plot also has a camera button that saves it as PNG."
                     )
                     upload = gr.File(label="Trace JSON", file_types=[".json"], type="filepath")
                     replay_status = gr.Markdown()
-                    export_button = gr.Button("Prepare downloads")
+                    with gr.Row():
+                        export_button = gr.Button("Prepare downloads")
+                        beside_ar = gr.Checkbox(
+                            True,
+                            label="Animation beside AR",
+                            info="after a race: both runs, frame by frame after the same number of model passes",
+                        )
                     downloads = gr.File(label="Downloads", file_count="multiple", interactive=False)
         timer = gr.Timer(PLAY_INTERVAL, active=False)
 
@@ -706,6 +734,8 @@ def build() -> gr.Blocks:
         method.input(method_changed, method, [*method_controls, lossy_note])
         sampling_inputs = [temperature, top_k, top_p, guidance]
         model.input(user_errors(model_defaults), model, sampling_inputs)
+        model.input(known_prompts_of, model, known_names)
+        known_names.input(lambda name: name or gr.update(), known_names, prompt)
 
         @gpu
         @user_errors
@@ -867,10 +897,11 @@ def build() -> gr.Blocks:
         upload.upload(replay, [upload, large, dark], replay_outputs).then(refresh, view_inputs, views)
 
         @user_errors
-        def export(state: dict, j: float, night: bool):
+        def export(state: dict, j: float, night: bool, with_ar: bool = True):
             if not state:
                 raise SettingsError("run a method or upload a trace first")
             trace: Trace = state["trace"]
+            ar: Trace | None = state.get("ar") if with_ar else None  # a race has one; an uploaded trace not
             folder = export_folder()
             trace.save(folder / "trace.json")
             decoder = decoder_for(trace)
@@ -878,14 +909,18 @@ def build() -> gr.Blocks:
             def image_at(k: int) -> Image.Image | None:
                 return on_compute_thread(decoder.decode, viz.tokens_through(trace, k)) if decoder else None
 
+            def ar_image_at(k: int) -> Image.Image | None:
+                return on_compute_thread(decoder.decode, viz.tokens_through(ar, k)) if decoder else None
+
+            def animate(paths: list[Path]) -> list[Path]:
+                return viz.write_animation(trace, image_at, paths, dark=night, ar=ar, ar_image_at=ar_image_at)
+
             files = [folder / "trace.json"]
             try:
-                files += viz.write_animation(
-                    trace, image_at, [folder / "animation.gif", folder / "animation.mp4"], dark=night
-                )
+                files += animate([folder / "animation.gif", folder / "animation.mp4"])
             except RuntimeError as error:  # no imageio-ffmpeg: the GIF alone
                 log.warning("no MP4: %s", error)
-                files += viz.write_animation(trace, image_at, [folder / "animation.gif"], dark=night)
+                files += animate([folder / "animation.gif"])
             k = max(0, min(int(j), len(trace.iterations) - 1))
             viz.frame(trace, k, image_at(k), scale=viz.export_scale(trace), dark=night).save(
                 folder / f"iteration-{k}.png"
@@ -894,7 +929,7 @@ def build() -> gr.Blocks:
             files.append(figure_archive(state, k, folder, decoder, night))
             return [str(f) for f in files]
 
-        export_button.click(export, [runs, iteration, dark], downloads)
+        export_button.click(export, [runs, iteration, dark, beside_ar], downloads)
     for block in demo.blocks.values():
         if isinstance(block, gr.components.Component):
             quiet_checks(block)

@@ -424,3 +424,28 @@ def test_rejected_and_redrawn_look_different_and_the_header_shows_them(server, d
     )
     for fate in ("accepted", "rejected", "kept", "redrawn", "new"):
         assert f"background:{colors()[fate]}" in header, fate
+
+
+def test_the_names_tiny_knows_are_offered_and_follow_the_model(server):
+    client = Client(server, verbose=False)
+    known = client.predict("tiny", api_name="/known_prompts_of")
+    names = [choice[1] if isinstance(choice, list | tuple) else choice for choice in known["choices"]]
+    assert len(names) == 1915 and "red apple" in names and known["visible"]  # the shipped weights' captions
+    assert "1,915 names" in known["info"]
+    assert client.predict("cat face", api_name="/lambda") == "cat face"  # picking a name fills the prompt
+    assert not client.predict("emu3", api_name="/known_prompts_of")["visible"]  # no list for a hub model
+
+
+def test_the_animation_after_a_race_sets_the_method_beside_ar(server):
+    """By default the exported animation is a 1280x720 slide of the method beside AR, one frame per AR
+    pass (AR needs the most); without the box ticked, the method alone, one frame per pass of its own."""
+    client = Client(server, verbose=False)
+    _race(client)
+    counts = []
+    for beside_ar in (True, False):
+        files = client.predict(0, False, beside_ar, api_name="/export")
+        gif = next(f for f in files if str(f).endswith(".gif"))
+        with Image.open(gif) as animation:
+            assert animation.size == (1280, 720)
+            counts.append(animation.n_frames)
+    assert counts[0] == 256 and counts[1] < 256

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ class ModelEntry:
     offline: Callable[[], str | None]  # None when it can load with no network, else the reason
     # the loaded model's `default_sampling`, known without loading weights (the app shows it first)
     sampling: Callable[[], SamplingSettings]
+    # the captions the weights were trained on, where the project knows them (the app offers them)
+    known_prompts: Callable[[], list[str]] = list
 
 
 def _tiny_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
@@ -39,6 +42,17 @@ def _tiny_sampling() -> SamplingSettings:
     from specviz.models.tiny.adapter import ASSETS, read_summary
 
     return read_summary(ASSETS)[1]
+
+
+def _tiny_known_prompts() -> list[str]:
+    """assets/tiny/prompts.json: the names of the emoji the shipped weights were trained on."""
+    from specviz.models.tiny.adapter import ASSETS
+
+    try:
+        names = json.loads((ASSETS / "prompts.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [name for name in names if isinstance(name, str)] if isinstance(names, list) else []
 
 
 def _janus_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
@@ -149,6 +163,7 @@ MODELS: dict[str, ModelEntry] = {
         _tiny_load,
         _tiny_offline,
         _tiny_sampling,
+        _tiny_known_prompts,
     ),
     "janus-pro": ModelEntry(
         "janus-pro",

@@ -31,7 +31,19 @@ from specviz.viz.figures import (
     race_figure,
     window_figure,
 )
-from specviz.viz.frames import ExportError, animation, export_scale, frame, save_gif, save_mp4, write_animation
+from specviz.viz.frames import (
+    ExportError,
+    Panel,
+    animation,
+    export_scale,
+    frame,
+    iteration_after,
+    save_gif,
+    save_mp4,
+    slide_frame,
+    slide_title,
+    write_animation,
+)
 from specviz.viz.palette import FATES, OKABE_ITO, STATES, colors, swatches, theme
 from specviz.viz.trees import depth_map_figure, tau_figure, tree_figure, tree_shape_figure
 
@@ -41,6 +53,7 @@ __all__ = [
     "STATES",
     "ExportError",
     "GridState",
+    "Panel",
     "acceptance_map_figure",
     "acceptance_maps",
     "accepted_length_figure",
@@ -58,6 +71,7 @@ __all__ = [
     "grid_state",
     "has_trees",
     "instructive_iterations",
+    "iteration_after",
     "latency_text",
     "message_figure",
     "opening_iteration",
@@ -67,6 +81,8 @@ __all__ = [
     "ratio_text",
     "save_gif",
     "save_mp4",
+    "slide_frame",
+    "slide_title",
     "stalls",
     "summary",
     "swatches",
