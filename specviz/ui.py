@@ -42,6 +42,29 @@ DISPLAY_SIZE = 384  # pixels of the displayed images; token cells stay crisp (ne
 FRAME_INTERVAL = 0.1  # seconds between streamed UI updates during a race
 PLAY_INTERVAL = 0.4  # seconds per iteration when playing back
 EXAMPLES = ["red apple", "grinning face", "cat face", "rocket", "four leaf clover", "a smiling sun", "blue car"]
+READING_GUIDE = """
+- **Window (Jacobi methods)**: the grid shows the image's token cells after this pass: grey were
+  committed earlier, the window's drafts are coloured by their fate. Each draft was compared with
+  the model's new distribution at its cell; the accepted run (green) is committed at once, the first
+  rejected draft (vermillion) is resampled from the residual, and the drafts after it stay in the
+  window for the next pass: kept (blue) if their token is unchanged, redrawn (reddish purple) if it
+  changed; drafts entering the window for the first time are new (sky blue). The bars under the grid
+  give each draft's acceptance ratio, left to right in the window.
+  SCD's point is that fewer drafts are redrawn from one pass to the next.
+- **Draft tree (eagle2, peanut)**: one pass verifies a whole tree of guesses below the decided head
+  token; the path of accepted nodes is committed, then one more token is drawn from what the model
+  left after the refused siblings. Any drafter's guesses give exact samples; a better drafter only
+  makes the accepted path longer.
+- **Acceptance map**: per cell, how many tokens were committed together with it (long runs: the
+  easy, flat regions), the iteration that committed it, or how often it was drafted before it was
+  fixed.
+- **Depth map** (trees): the depth in its tree at which each token was accepted; grey cells were
+  drawn by the model after a refusal (depth 0), like an AR step. PEANUT adapts each tree's depth and
+  top-k to how far the tree to its left was accepted (the map beside it).
+- **NFE and latency**: model passes (NFE) and seconds against AR on the same prompt, seed and
+  sampling. Fewer passes pay only where a pass over many tokens costs little more than over one
+  (a GPU); on a CPU a long pass costs several short ones.
+"""
 MAX_UPLOAD_BYTES = MAX_TRACE_BYTES  # launch(max_file_size=...): a trace is the only upload
 EXPORT_ROOT = Path(tempfile.gettempdir()) / "specviz-exports"
 EXPORT_MAX_AGE_SECONDS = 3600
@@ -699,6 +722,8 @@ def build() -> gr.Blocks:
                         changed_plot = gr.Plot(label="Drafts changed per iteration")  # window methods
                         depth_plot = gr.Plot(label="Draft-tree depth map", visible=False)  # tree methods
                     shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False)  # tree methods
+                    with gr.Accordion("How to read these views", open=False):
+                        gr.Markdown(READING_GUIDE, elem_id="reading-guide")
                 with gr.Tab("Compare"):
                     compare_methods = gr.CheckboxGroup(method_names, value=["sjd", "scd-mc", "scd-gs"], label="Methods")
                     compare_button = gr.Button("Compare on this prompt and seed")

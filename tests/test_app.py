@@ -449,3 +449,11 @@ def test_the_animation_after_a_race_sets_the_method_beside_ar(server):
             assert animation.size == (1280, 720)
             counts.append(animation.n_frames)
     assert counts[0] == 256 and counts[1] < 256
+
+
+def test_inspect_explains_how_to_read_each_view(server):
+    client = Client(server, verbose=False)
+    guide = next(c for c in client.config["components"] if c.get("props", {}).get("elem_id") == "reading-guide")
+    text = guide["props"]["value"]
+    for view in ("Window", "Draft tree", "Acceptance map", "Depth map", "NFE and latency"):
+        assert f"**{view}" in text, view
