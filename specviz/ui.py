@@ -783,7 +783,11 @@ def build() -> gr.Blocks:
                     return gr.update(), gr.update()
                 shown[stream] = len(stream.tokens)
                 description = f"{stream.method}: {len(stream.tokens)} tokens, live"
-                return picture(chosen, stream.tokens, description), live_counter(stream)
+                image = picture(chosen, stream.tokens, description)
+                if stream is contender and stream.iterations:  # the last pass's drafts, on the picture
+                    image = viz.pass_overlay(image, stream.trace(), len(stream.iterations) - 1, dark=False)
+                    image.info["Description"] = description
+                return image, live_counter(stream)
 
             last = 0.0
             while not all(finished.values()):

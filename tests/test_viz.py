@@ -447,3 +447,26 @@ def test_rejected_draft_is_marked_however_small_its_ratio(sjd):
     assert (label.x, label.bordercolor) == (r, colors()["rejected"]) and label.ay >= 0.5
     accepted_all = next(j for j, it in enumerate(sjd.iterations) if it.drafts and it.rejected_at is None)
     assert "rejected" not in _window_traces(window_figure(sjd, accepted_all))
+
+
+def test_the_race_overlay_draws_each_draft_in_its_fate_colour_and_nothing_for_ar():
+    from pathlib import Path
+
+    from specviz.viz import pass_overlay
+    from specviz.viz.analysis import grid_state
+    from specviz.viz.palette import colors
+
+    examples = Path(__file__).resolve().parents[1] / "specviz" / "data" / "examples"
+    sjd = Trace.from_json((examples / "red-apple-sjd.json").read_text())
+    blank = Image.new("RGB", (384, 384), "white")
+    j = next(k for k, it in enumerate(sjd.iterations) if it.accepted and len(it.drafts) > it.accepted + 1)
+    drawn = np.asarray(pass_overlay(blank, sjd, j))
+    state = grid_state(sjd, j).state
+    for fate in ("accepted", "rejected"):
+        row, col = np.argwhere(state == fate)[0]
+        edge = drawn[row * 24, col * 24 + 12]  # the cell's top edge, 24 px cells
+        assert tuple(edge) == Image.new("RGB", (1, 1), colors()[fate]).getpixel((0, 0)), fate
+    untouched = np.argwhere(state == "committed")[0]
+    assert (drawn[untouched[0] * 24 + 12, untouched[1] * 24 + 12] == 255).all()
+    ar = Trace.from_json((examples / "red-apple-ar.json").read_text())
+    assert (np.asarray(pass_overlay(blank, ar, 40)) == 255).all()  # AR drafts nothing
