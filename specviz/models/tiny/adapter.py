@@ -142,8 +142,8 @@ class TinyModel:
                 head = DraftHead.load(folder, network.lm.get_input_embeddings(), network.lm.lm_head)
             except (RuntimeError, ValueError, KeyError, OSError, TypeError, StrictDataclassError) as error:
                 raise _unusable(folder, f"head.safetensors does not fit head.json or the model: {error}") from None
-        device_ = torch.device(device)
-        return cls(network.to(device_), PatchTokenizer(codebook.to(device_)), device_, sampling, head)
+        place = torch.device(device)
+        return cls(network.to(place), PatchTokenizer(codebook.to(place)), place, sampling, head)
 
     @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:

@@ -53,6 +53,14 @@ def learning_rate(step: int, steps: int, peak: float, warmup: int = 100) -> floa
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def random_shifts(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole-patch translations (dy, dx) for a batch: none with probability 1 - SHIFT_PROBABILITY, else
+    up to MAX_SHIFT patches each way."""
+    shifted = torch.rand(batch_size, generator=generator) < SHIFT_PROBABILITY
+    dy, dx = torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (2, batch_size), generator=generator) * shifted
+    return dy, dx
+
+
 @torch.no_grad()
 def mean_loss(model: TinyTextToImage, text: torch.Tensor, tokens: torch.Tensor, autocast: bool) -> float:
     """Next-code cross-entropy of un-augmented images under their first caption, in batches."""
@@ -194,8 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         picture = train_pictures[torch.randint(len(train_pictures), (args.batch_size,), generator=generator)]
         template = torch.randint(len(CAPTION_TEMPLATES), (args.batch_size,), generator=generator)
         drop = torch.rand(args.batch_size, generator=generator) < CONDITION_DROP
-        shifted = torch.rand(args.batch_size, generator=generator) < SHIFT_PROBABILITY
-        dy, dx = torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (2, args.batch_size), generator=generator) * shifted
+        dy, dx = random_shifts(args.batch_size, generator)
         picture, template, drop, dy, dx = (t.to(device) for t in (picture, template, drop, dy, dx))
         batch_tokens = shift_tokens(tokens[picture], config.rows, config.cols, dy, dx, white)
         for group in optimizer.param_groups:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from specviz.models.draft_head import DraftHead
 from specviz.models.tiny.adapter import ASSETS, TinyModel
 from specviz.models.tiny.data import augmented_images, build_emoji_set, held_out_before, shift_tokens
-from specviz.models.tiny.train import CAPTION_TEMPLATES, MAX_SHIFT, SHIFT_PROBABILITY, caption_vectors, learning_rate
+from specviz.models.tiny.train import CAPTION_TEMPLATES, caption_vectors, learning_rate, random_shifts
 from specviz.threads import configure_threads
 
 
@@ -102,8 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     for step in range(args.steps):
         picture = train_pictures[torch.randint(len(train_pictures), (args.batch_size,), generator=generator)]
         template = torch.randint(len(CAPTION_TEMPLATES), (args.batch_size,), generator=generator)
-        shifted = torch.rand(args.batch_size, generator=generator) < SHIFT_PROBABILITY
-        dy, dx = torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (2, args.batch_size), generator=generator) * shifted
+        dy, dx = random_shifts(args.batch_size, generator)
         emoji_of = source[picture]
         picture, emoji_of, template, dy, dx = (t.to(device) for t in (picture, emoji_of, template, dy, dx))
         batch_tokens = shift_tokens(tokens[picture], rows, cols, dy, dx, white)
