@@ -11,6 +11,8 @@ from collections.abc import Callable
 from PIL import Image
 
 from specviz.bench import PromptFileError, bench, read_prompts
+from specviz.bench_continuous import sweep
+from specviz.continuous_lossless import check_continuous, token_check
 from specviz.decoding import METHODS, UnknownMethod, run
 from specviz.decoding.params import all_fields
 from specviz.inputs import (
@@ -24,7 +26,7 @@ from specviz.inputs import (
 from specviz.lossless import TOYS, check_lossless
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import UnsupportedMethod
-from specviz.models.registry import MODELS, load_model
+from specviz.models.registry import MODELS, get_entry, load_model
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.threads import ThreadSettingError, configure_threads
 from specviz.trace import Trace, TraceError
@@ -46,6 +48,8 @@ RUN_FILES = ("image.png", "trace.json")
 DEPTH_MAP_STEM = "depth-map"  # `run` of a tree method also writes depth-map.png
 MAX_BENCH_SEEDS = 1000
 MAX_LOSSLESS_SAMPLES = 10_000_000
+MAX_CONTINUOUS_SAMPLES = 20_000  # the permutation test holds a distance matrix of (2 x samples)^2 numbers
+DEVIATION_POSITIONS = (3, 128, 250)  # a background cell of the first row, the middle, the last row
 
 
 class UsageError(Exception):
@@ -143,7 +147,7 @@ def command_run(args: argparse.Namespace) -> int:
     model = load_model(args.model, args.weights, args.device)
     sampling = _sampling(args, model.default_sampling)
     trace = run(model, args.method, prompt, seed, sampling, _method_params(args))
-    image = model.decode(trace.tokens)
+    image = model.decode(trace.vectors if trace.continuous else trace.tokens)
     try:
         out.mkdir(parents=True, exist_ok=True)
         image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")
@@ -154,6 +158,10 @@ def command_run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write to {out}: {error.strerror or error}") from None
     lossy = "" if trace.lossless else " (lossy)"
     tau = f" tau={per_tree(trace)['tau'].mean():.2f}" if has_trees(trace) else ""
+    if trace.continuous:
+        tested = [f for it in trace.iterations for f in it.continuous.fate if f != "discarded"]
+        alpha = f" alpha={tested.count('accepted') / len(tested):.2f}" if tested else ""
+        tau += f" draft_nfe={trace.draft_nfe}{alpha}"
     print(
         f"model={trace.model} method={trace.method}{lossy} nfe={trace.nfe} tokens={len(trace.tokens)}{tau} "
         f"seconds={trace.seconds:.2f} out={out}"
@@ -190,9 +198,47 @@ def command_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _numbers(text: str, kind: type, flag: str) -> list:
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise UsageError(f"{flag} names no value")
+    return values
+
+
+def command_bench_cspd(args: argparse.Namespace) -> int:
+    json_path = check_output_file(args.json) if args.json else None
+    gammas = _numbers(args.gammas, int, "--gammas")
+    prefills = _numbers(args.prefills, float, "--prefills")
+    for gamma in gammas:  # the parameter class states the ranges
+        for prefill in prefills:
+            METHODS["cspd"].resolve({"gamma": gamma, "prefill": prefill})
+    if not 1 <= args.seeds <= MAX_BENCH_SEEDS:
+        raise UsageError(f"--seeds must be from 1 to {MAX_BENCH_SEEDS}")
+    if get_entry(args.model).continuous is False:
+        raise UsageError(f"bench-cspd needs a continuous-token pair; {args.model} has discrete tokens")
+    prompts = [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
+    model = load_model(args.model, args.weights, args.device)
+    sampling = _sampling(args, model.default_sampling)
+    report = sweep(model, prompts, list(range(args.seeds)), sampling, gammas, prefills)
+    print(report.markdown())
+    if args.deviation:
+        print("\nDeviation from the target: one speculative step repeated at a fixed prefix of the pair")
+        for method in ("cspd", "cspd-exact"):
+            for position in DEVIATION_POSITIONS:
+                print(token_check(model, method, prompts[0], position, args.deviation).summary())
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    return 0
+
+
 def command_check_lossless(args: argparse.Namespace) -> int:
     _check_method(args.method)
     check_seed(args.seed)
+    if METHODS[args.method].iterate is None:  # a method for continuous tokens: the two-sample test
+        return _check_continuous(args)
     if not (1 if args.greedy else 100) <= args.samples <= MAX_LOSSLESS_SAMPLES:
         raise UsageError(f"--samples must be from 100 (20000 or more for a meaningful test) to {MAX_LOSSLESS_SAMPLES}")
     params = _method_params(args, args.method)
@@ -202,6 +248,19 @@ def command_check_lossless(args: argparse.Namespace) -> int:
     print(f"{args.method}: claimed {label}")
     print(report.summary())
     return 0 if report.matches else 1
+
+
+def _check_continuous(args: argparse.Namespace) -> int:
+    if args.greedy:
+        raise UsageError("--greedy has no meaning for continuous tokens: their heads always sample noise")
+    if not 100 <= args.samples <= MAX_CONTINUOUS_SAMPLES:
+        raise UsageError(f"--samples must be from 100 (2000 or more for a meaningful test) to {MAX_CONTINUOUS_SAMPLES}")
+    report = check_continuous(args.method, args.samples, args.seed, _method_params(args, args.method))
+    claimed = METHODS[args.method].lossless
+    label = "lossless" if claimed else "not exact (the deviation below is what it costs)"
+    print(f"{args.method}: claimed {label}")
+    print(report.summary())
+    return 0 if report.matches or not claimed else 1
 
 
 def _load_trace(path: str) -> Trace:
@@ -280,11 +339,32 @@ def build_parser() -> argparse.ArgumentParser:
     _sampling_arguments(bench_parser)
     bench_parser.set_defaults(handler=command_bench)
 
+    sweep_parser = commands.add_parser(
+        "bench-cspd",
+        help="CSpD sweep on a continuous pair: alpha, passes and latency of cspd and cspd-exact by gamma and pre-fill",
+    )
+    _model_arguments(sweep_parser)
+    sweep_parser.set_defaults(model="tiny-continuous")
+    sweep_parser.add_argument("--gammas", default="4,8,16,32", help="draft lengths (default 4,8,16,32)")
+    sweep_parser.add_argument("--prefills", default="0,0.05,0.15", help="pre-filled shares (default 0,0.05,0.15)")
+    sweep_parser.add_argument("--prompts", help="text file, one prompt per line (default: the shipped set)")
+    sweep_parser.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per prompt (default 1)")
+    sweep_parser.add_argument(
+        "--deviation", type=int, default=0, metavar="SAMPLES",
+        help="also test one speculative step of cspd and cspd-exact against the target's own draws at three "
+        "positions of the first prompt, with this many samples each (2000: about a minute per position)",
+    )  # fmt: skip
+    sweep_parser.add_argument("--json", help="also write the results to this JSON file")
+    _sampling_arguments(sweep_parser)
+    sweep_parser.set_defaults(handler=command_bench_cspd)
+
     check_parser = commands.add_parser(
         "check-lossless",
         help="compare a method's samples with exact AR probabilities on an enumerable toy model",
         description="Samples many images from a toy model whose AR distribution is known exactly and "
-        "runs a chi-square test; exits 1 when the method's distribution does not match.",
+        "runs a chi-square test; exits 1 when the method's distribution does not match. Methods for continuous "
+        "tokens (cspd, cspd-exact, ar-draft) are tested against the target's own AR samples on a continuous toy "
+        "pair with an energy-distance permutation test; a method claimed exact exits 1 when it differs.",
     )
     check_parser.add_argument("--method", required=True, help=f"one of: {', '.join(METHODS)}")
     check_parser.add_argument("--samples", type=int, default=20_000, help="sampled images (default 20000)")

@@ -34,6 +34,13 @@ Fate = Literal["accepted", "rejected", "kept", "redrawn", "reset"]
 TreeFate = Literal["accepted", "rejected", "untested"]
 # where a newly initialised draft came from: an initialisation strategy, the model's row after the
 # window ("refined"), a forced layout slot, or "unknown" in a trace converted from version 1
+# a continuous-token draft: accepted, the first rejection (resampled), or discarded after it
+ContinuousFate = Literal["accepted", "rejected", "discarded"]
+# where a committed continuous token came from (see ContinuousStep)
+TokenSource = Literal["target", "draft", "resampled", "capped"]
+MAX_TOKEN_DIM = 64
+MAX_PATH_POINTS = 1001  # a denoising trajectory of at most 1000 steps
+Point = tuple[float, float]
 Origin = Literal["random", "repeat-left", "repeat-above", "sample-left", "sample-above", "refined", "forced", "unknown"]
 
 
@@ -117,6 +124,53 @@ class DraftTree(_Strict):
         return fates
 
 
+class ContinuousStep(_Strict):
+    """One pass of a method on a continuous-token pair (ar, ar-draft, cspd, cspd-exact).
+
+    Per drafted token: `log_ratio` the log of the ratio the method tests (cspd: log Sigma +
+    log p(x_0 | x_1^p) - log q(x_0 | x_1^q), the paper's Eq. 5; cspd-exact: log p(path) - log q(path)
+    along the draft's own trajectory), `log_sigma` cspd's variance term log Sigma (Eq. 4; None for
+    cspd-exact), `ratio` min(1, exp(log_ratio)), `uniform` the draw that decided it (None after the
+    first rejection: not tested), `fate`; `draft_path` the first two coordinates of the draft's
+    denoising trajectory x_T ... x_0, `target_path` those of the target's trajectory on the same noise
+    (cspd's alignment; None for cspd-exact, whose target is evaluated along the draft's own path).
+
+    Per committed token, `source`: drawn by the target alone (AR, pre-fill, the token after a fully
+    accepted draft), accepted from the `draft`, `resampled` after a rejection, or `capped` (resampling
+    reached its cap of tries and kept the last target proposal, not a draw of the residual); `ar-draft`
+    marks its tokens `draft`. `tries`
+    counts the target proposals drawn while resampling, `draft_passes` the draft model's passes.
+    """
+
+    log_ratio: _per_draft(float) = []
+    log_sigma: _per_draft(float) | None = None
+    ratio: _per_draft(Probability) = []
+    uniform: _per_draft(Probability | None) = []
+    fate: _per_draft(ContinuousFate) = []
+    draft_path: _per_draft(Annotated[list[Point], Field(max_length=MAX_PATH_POINTS)]) = []
+    target_path: _per_draft(Annotated[list[Point], Field(max_length=MAX_PATH_POINTS)]) | None = None
+    source: _per_draft(TokenSource)
+    tries: Count = 0
+    draft_passes: Count = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ContinuousStep:
+        n = len(self.fate)
+        per_draft = [self.log_ratio, self.ratio, self.uniform, self.draft_path]
+        optional = [values for values in (self.log_sigma, self.target_path) if values is not None]
+        if any(len(values) != n for values in per_draft + optional):
+            raise ValueError(f"log_ratio, ratio, uniform, draft_path (and log_sigma, target_path) need {n} entries")
+        accepted = self.fate.count("accepted")
+        expected = ["accepted"] * accepted + (["rejected"] if accepted < n else [])
+        if self.fate[: len(expected)] != expected or set(self.fate[len(expected) :]) - {"discarded"}:
+            raise ValueError("fate must be accepted drafts, then the first rejection, then discarded ones")
+        if any(u is None for u in self.uniform[: len(expected)]):
+            raise ValueError("every tested draft records the uniform that decided it")
+        if self.source[:accepted] != ["draft"] * accepted:
+            raise ValueError("committed tokens begin with the accepted drafts")
+        return self
+
+
 class Iteration(_Strict):
     """One model pass of a method (AR: one token).
 
@@ -166,6 +220,7 @@ class Iteration(_Strict):
     tree_depth: Annotated[int, Field(ge=1)] | None = None
     tree_top_k: Annotated[int, Field(ge=1)] | None = None
     alpha: Probability | None = None
+    continuous: ContinuousStep | None = None
     committed: Annotated[list[Count], Field(max_length=MAX_DRAFTS + 1)]
     forward_ms: Annotated[float, Field(ge=0.0)]
     draft_ms: Annotated[float, Field(ge=0.0)] = 0.0
@@ -183,6 +238,8 @@ class Iteration(_Strict):
             raise ValueError(f"group_size and group masses need one entry per draft ({n})")
         if self.tree is not None:
             return self._consistent_tree()
+        if self.continuous is not None:
+            return self._consistent_continuous()
         if any(value is not None for value in (self.path, self.tree_depth, self.tree_top_k, self.alpha)):
             raise ValueError("path, tree_depth, tree_top_k and alpha belong to an iteration with a tree")
         if self.accepted > n or len(self.new_init) > n or len(self.new_source) != len(self.new_init):
@@ -200,6 +257,18 @@ class Iteration(_Strict):
             )
         if n and self.rejected_at is None and len(expected) != n:
             raise ValueError("a window without a rejection accepts every draft")
+        return self
+
+    def _consistent_continuous(self) -> Iteration:
+        step = self.continuous
+        if self.drafts or self.new_init or self.rejected_at is not None:
+            raise ValueError("a continuous iteration keeps its drafts in `continuous`, not in the window fields")
+        if any(token != 0 for token in self.committed) or len(step.source) != len(self.committed):
+            raise ValueError("a continuous iteration commits token id 0 per position, one source each")
+        if self.accepted != step.fate.count("accepted"):
+            raise ValueError("accepted must count the accepted drafts")
+        if len(self.committed) not in (self.accepted, self.accepted + 1):
+            raise ValueError("a continuous pass commits its accepted drafts and at most one token after them")
         return self
 
     def _consistent_tree(self) -> Iteration:
@@ -254,10 +323,28 @@ class Trace(_Strict):
     seconds: Annotated[float, Field(ge=0.0)]
     prefill_ms: Annotated[float, Field(ge=0.0)] = 0.0
     iterations: Annotated[list[Iteration], Field(min_length=1, max_length=MAX_POSITIONS)]
+    # a continuous-token run: the value of every token (ids are all 0) and the draft model's passes
+    vectors: (
+        Annotated[
+            list[Annotated[list[float], Field(min_length=1, max_length=MAX_TOKEN_DIM)]], Field(max_length=MAX_POSITIONS)
+        ]
+        | None
+    ) = None
+    draft_nfe: Count | None = None
+
+    @property
+    def continuous(self) -> bool:
+        return self.vectors is not None
 
     @model_validator(mode="after")
     def _consistent(self) -> Trace:
         g = self.geometry
+        if self.vectors is not None and (
+            len(self.vectors) != len(self.tokens) or len({len(vector) for vector in self.vectors}) > 1
+        ):
+            raise ValueError("vectors need one value of the same size per token")
+        if (self.vectors is not None) != any(it.continuous is not None for it in self.iterations):
+            raise ValueError("a continuous run has vectors and continuous iterations, a discrete run neither")
         if len(self.tokens) > len(g.layout):
             raise ValueError(f"{len(self.tokens)} tokens for a sequence of {len(g.layout)} positions")
         layout_tokens = [entry for entry in g.layout if entry != -1]

@@ -41,6 +41,8 @@ log = logging.getLogger("specviz.ui")
 DISPLAY_SIZE = 384  # pixels of the displayed images; token cells stay crisp (nearest neighbour)
 FRAME_INTERVAL = 0.1  # seconds between streamed UI updates during a race
 PLAY_INTERVAL = 0.4  # seconds per iteration when playing back
+DEFAULT_METHOD = "sjd"  # what Run races first on a discrete model
+COMPARED = ("sjd", "scd-mc", "scd-gs")  # Compare's first selection on a discrete model
 EXAMPLES = ["red apple", "grinning face", "cat face", "rocket", "four leaf clover", "a smiling sun", "blue car"]
 READING_GUIDE = """
 - **Window (Jacobi methods)**: the grid shows the image's token cells after this pass: grey were
@@ -55,6 +57,15 @@ READING_GUIDE = """
   token; the path of accepted nodes is committed, then one more token is drawn from what the model
   left after the refused siblings. Any drafter's guesses give exact samples; a better drafter only
   makes the accepted path longer.
+- **Continuous tokens (tiny-continuous: cspd, cspd-exact)**: a token is 12 numbers, drawn by a small
+  diffusion head in 25 denoising steps; a draft model proposes gamma tokens, the target checks them in
+  one pass. The bars give each draft's acceptance probability min(1, r) and the tick the uniform that
+  decided it. cspd (the paper) denoises both models from the same noise and compares the last step's
+  densities times Sigma, the ratio of the earlier steps' variances: close to the target's
+  distribution, not exact. cspd-exact compares the densities of the draft's whole denoising path
+  under both models: exact, with acceptance measured rather than promised. The trajectory view draws
+  one draft's path (and for cspd the target's path from the same noise) in the token's first two
+  coordinates; the map shows which tokens were accepted drafts and which were resampled.
 - **Acceptance map**: per cell, how many tokens were committed together with it (long runs: the
   easy, flat regions), the iteration that committed it, or how often it was drafted before it was
   fixed.
@@ -307,6 +318,11 @@ def picture(model: ImageModel, tokens: list[int], description: str) -> Image.Ima
     return image
 
 
+def decodable(trace: Trace) -> list:
+    """What the trace's model decodes into its image: the tokens, or a continuous run's vectors."""
+    return trace.vectors if trace.continuous else trace.tokens
+
+
 def decoder_for(trace: Trace) -> ImageModel | None:
     """The model that can turn this trace's tokens into pixels here: offered, loadable, and with the
     trace's own grid, vocabulary and layout (a trace is checked against the model, not trusted)."""
@@ -361,6 +377,10 @@ def race_summary(trace: Trace, ar: Trace, retimed: bool) -> str:
         else "each side's clock counts only its own compute (the two runs are interleaved on one device)"
     )
     tau = f", mean tau {viz.per_tree(trace)['tau'].mean():.2f} per tree" if viz.has_trees(trace) else ""
+    if trace.continuous:
+        tested = [f for it in trace.iterations for f in it.continuous.fate if f != "discarded"]
+        rate = f", {tested.count('accepted') / len(tested):.0%} of drafts accepted" if tested else ""
+        tau = f" of the target and {trace.draft_nfe - 1} of the draft{rate}"
     return (
         f"### {trace.method}: {viz.ratio_text(facts['step_compression'])} step compression, "
         f"{viz.latency_text(facts['latency_speedup'])}\n"
@@ -464,6 +484,24 @@ def known_prompts_of(name: str) -> dict:
     return gr.update(choices=known, value=None, visible=bool(known), info=info)
 
 
+def methods_for(name: str) -> list[str]:
+    """The methods to race against AR on this model: those for its kind of tokens."""
+    continuous = name in MODELS and get_entry(name).continuous
+    return [n for n, m in METHODS.items() if n != "ar" and (m.iterate_continuous if continuous else m.iterate)]
+
+
+def methods_of(name: str) -> tuple:
+    """The method list, its default and parameters, and the Compare choices for the chosen model."""
+    names = methods_for(name)
+    default = DEFAULT_METHOD if DEFAULT_METHOD in names else ("cspd" if "cspd" in names else names[0])
+    compared = [n for n in COMPARED if n in names] or [n for n in names if METHODS[n].lossless][:2]
+    return (
+        gr.update(choices=[(method_label(n), n) for n in names], value=default),
+        *method_updates(default),
+        gr.update(choices=names, value=compared),
+    )
+
+
 def model_defaults(name: str) -> tuple:
     """The sampling controls at the chosen model's own defaults (its release settings), read from the
     registry without loading its weights."""
@@ -558,7 +596,10 @@ def restored_controls(trace: Trace) -> tuple[tuple, list[str]]:
         model = gr.update()
         unchanged.append(f"model {trace.model} is not offered here")
     if trace.method in METHODS and trace.method != "ar":
-        method = (gr.update(value=trace.method), *method_updates(trace.method, trace.params))
+        # the method list of the trace's kind of tokens, which the model shown before may not offer
+        names = methods_for(trace.model) if trace.method in methods_for(trace.model) else list(METHODS)[1:]
+        choices = [(method_label(n), n) for n in names]
+        method = (gr.update(value=trace.method, choices=choices), *method_updates(trace.method, trace.params))
     else:
         method = (gr.update(),) * (len(PARAMETERS) + 2)
         unchanged.append(f"{trace.method} is not a method to race against AR")
@@ -566,6 +607,11 @@ def restored_controls(trace: Trace) -> tuple[tuple, list[str]]:
 
 
 ITERATION_LABELS = {False: "Jacobi window", True: "Draft tree of this iteration"}
+CONTINUOUS_LABELS = {
+    "iteration": "Drafts of this pass and their acceptance ratios",
+    "paths": "Denoising trajectories of one draft (draft and target, same noise)",
+    "by_step": "Acceptance by generation step",
+}
 
 
 def iteration_views(runs: dict, j: int, large: bool, dark: bool) -> tuple:
@@ -577,9 +623,19 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool) -> tuple:
     tokens = viz.tokens_through(trace, j)
     image = picture(decoder, tokens, f"{trace.method}: {len(tokens)} tokens after iteration {j}") if decoder else None
     trees = viz.has_trees(trace)
+    if trace.continuous:
+        view = viz.ratio_bars_figure(trace, j, dark=dark, large=large)
+        paths = gr.update(
+            value=viz.trajectory_figure(trace, j, dark=dark, large=large),
+            visible=True,
+            label=CONTINUOUS_LABELS["paths"],
+        )
+        return gr.update(value=view, label=CONTINUOUS_LABELS["iteration"]), image, paths
     if trees:
         view = viz.tree_figure(trace, j, dark=dark, large=large)
-        depths = gr.update(value=viz.depth_map_figure(trace, j, dark=dark, large=large), visible=True)
+        depths = gr.update(
+            value=viz.depth_map_figure(trace, j, dark=dark, large=large), visible=True, label="Draft-tree depth map"
+        )
     else:
         view = viz.window_figure(trace, j, dark=dark, large=large)
         depths = gr.update(value=None, visible=False)
@@ -590,6 +646,19 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
     """The views of the whole run: acceptance map, accepted length (tree runs: tau), drafts changed
     (window runs only) or the tree shapes (tree runs only), and the race against AR."""
     trace, ar = runs["trace"], runs.get("ar")
+    versus = viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else no_ar_figure(trace, dark, large)
+    if trace.continuous:
+        return (
+            viz.token_source_figure(trace, dark=dark, large=large),
+            gr.update(value=viz.accepted_length_figure(trace, dark=dark, large=large), label="Accepted per pass"),
+            gr.update(
+                value=viz.acceptance_by_step_figure([trace], dark=dark, large=large),
+                visible=True,
+                label=CONTINUOUS_LABELS["by_step"],
+            ),
+            versus,
+            gr.update(value=None, visible=False),
+        )
     trees = viz.has_trees(trace)
     length = (viz.tau_figure if trees else viz.accepted_length_figure)(trace, dark=dark, large=large)
     changed = None if trees else viz.changed_figure(trace, dark=dark, large=large)
@@ -597,8 +666,8 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
     return (
         viz.acceptance_map_figure(trace, kind, dark=dark, large=large),
         gr.update(value=length, label="Tau per tree pass" if trees else "Accepted length per iteration"),
-        gr.update(value=changed, visible=not trees),
-        viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else no_ar_figure(trace, dark, large),
+        gr.update(value=changed, visible=not trees, label="Drafts changed per iteration"),
+        versus,
         gr.update(value=shapes, visible=trees),
     )
 
@@ -638,7 +707,7 @@ def build() -> gr.Blocks:
     from specviz.models.tiny.text import shared_text_encoder
 
     on_compute_thread(shared_text_encoder)
-    method_names = [name for name in METHODS if name != "ar"]
+    method_names = methods_for("tiny")
     defaults = get_entry("tiny").sampling()  # the sampling controls open at the default model's own
 
     # Gradio removes the files it cached for the browser (images, uploads) after an hour
@@ -653,7 +722,7 @@ def build() -> gr.Blocks:
         with gr.Row():
             with gr.Column(scale=1, min_width=300):
                 model = gr.Dropdown(model_choices(), value="tiny", label="Model")
-                method = gr.Dropdown([(method_label(n), n) for n in method_names], value="sjd", label="Method")
+                method = gr.Dropdown([(method_label(n), n) for n in method_names], value=DEFAULT_METHOD, label="Method")
                 lossy_note = gr.Markdown(visible=False, elem_classes="lossy-note")
                 prompt = gr.Textbox(value="red apple", label="Prompt", max_lines=2)
                 # Run right under the prompt: on a 1280 x 720 projector it stays on the first screen
@@ -725,7 +794,7 @@ def build() -> gr.Blocks:
                     with gr.Accordion("How to read these views", open=False):
                         gr.Markdown(READING_GUIDE, elem_id="reading-guide")
                 with gr.Tab("Compare"):
-                    compare_methods = gr.CheckboxGroup(method_names, value=["sjd", "scd-mc", "scd-gs"], label="Methods")
+                    compare_methods = gr.CheckboxGroup(method_names, value=list(COMPARED), label="Methods")
                     compare_button = gr.Button("Compare on this prompt and seed")
                     compare_note = gr.Markdown(elem_id="compare-note")
                     compare_table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False, wrap=True)
@@ -760,6 +829,7 @@ def build() -> gr.Blocks:
         sampling_inputs = [temperature, top_k, top_p, guidance]
         model.input(user_errors(model_defaults), model, sampling_inputs)
         model.input(known_prompts_of, model, known_names)
+        model.input(methods_of, model, [method, *method_controls, lossy_note, compare_methods])
         known_names.input(lambda name: name or gr.update(), known_names, prompt)
 
         @gpu
@@ -783,7 +853,7 @@ def build() -> gr.Blocks:
                     return gr.update(), gr.update()
                 shown[stream] = len(stream.tokens)
                 description = f"{stream.method}: {len(stream.tokens)} tokens, live"
-                image = picture(chosen, stream.tokens, description)
+                image = picture(chosen, stream.decodable, description)
                 if stream is contender and stream.iterations:  # the last pass's drafts, on the picture
                     image = viz.pass_overlay(image, stream.trace(), len(stream.iterations) - 1, dark=False)
                     image.info["Description"] = description
@@ -798,7 +868,9 @@ def build() -> gr.Blocks:
                     last = time.perf_counter()
                     yield (*side(contender), *side(baseline), *(gr.update(),) * 4)
             trace, ar = contender.trace(), baseline.trace()
-            images = tuple(picture(chosen, t.tokens, f"{t.method}: {t.prompt!r}, seed {t.seed}") for t in (trace, ar))
+            images = tuple(
+                picture(chosen, decodable(t), f"{t.method}: {t.prompt!r}, seed {t.seed}") for t in (trace, ar)
+            )
             # the live clocks also paid for drawing the race (see `retimes`): time both runs again undisturbed
             if retimes(chosen):
                 yield (*side(contender), *side(baseline), RETIMING, gr.update(), gr.update(), gr.update())

@@ -70,6 +70,18 @@ def test_a_race_shows_both_images_and_the_summary(server, tiny):
     assert iteration["maximum"] >= 1  # the inspect slider spans the run's iterations
 
 
+def test_a_race_on_the_continuous_pair(server):
+    client = Client(server, verbose=False)
+    # choosing the model gives the method list of its kind of tokens, as the browser does
+    client.predict("tiny-continuous", api_name="/methods_of")
+    method_image, method_counter, ar_image, ar_counter, summary, _, _ = _race(
+        client, model="tiny-continuous", method="cspd", gamma=8
+    )
+    assert "256/256 tokens" in method_counter and "NFE 256" in ar_counter
+    assert "of the target and" in summary and "of the draft" in summary and "drafts accepted" in summary
+    assert Image.open(method_image).size == Image.open(ar_image).size
+
+
 def test_replay_of_a_saved_trace(server, tiny, tmp_path):
     trace = run(tiny, "scd-mc", "sun", seed=1)
     path = tmp_path / "trace.json"

@@ -64,7 +64,7 @@ def test_models_lists_tiny_as_offline(capsys):
     assert first_line.startswith("tiny") and first_line.endswith(" available offline")
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["models"], ["bench"]])
+@pytest.mark.parametrize("command", [[], ["run"], ["models"], ["bench"], ["bench-cspd"]])
 def test_help_on_every_subcommand(command):
     result = subprocess.run(
         [sys.executable, "-m", "specviz", *command, "--help"], capture_output=True, text=True, timeout=120

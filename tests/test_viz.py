@@ -50,7 +50,7 @@ from specviz.viz import (
     window_size,
 )
 from specviz.viz.figures import OFFSET_TITLE
-from specviz.viz.palette import LABELS, NOW_LABEL, legend_states
+from specviz.viz.palette import LABELS, NOW_LABEL, OPTIONAL_STATES, legend_states
 
 LAYOUT = [-1, -1, -1, -1, 7, -1, -1, -1, -1]
 TOKENS = [1, 2, 3, 4, 7, 5, 2, 3, 4]
@@ -240,9 +240,9 @@ def test_window_figure(trace):
     assert list(fig.layout.xaxis2.range) == [-0.5, 3.5]  # the widest window the trace drafted: 4
     # three committed cells, each a closed rectangle of five points and a break
     assert len(outline.x) == 18 and outline.name == NOW_LABEL
-    assert [t.name for t in legend] == [LABELS[s] for s in STATES if s != "reset"]  # no reset in this run
+    assert [t.name for t in legend] == [LABELS[s] for s in STATES if s not in OPTIONAL_STATES]  # none in this run
     assert all(t.showlegend is not False for t in legend)
-    assert [t.marker.color for t in legend] == [palette[s] for s in STATES if s != "reset"]
+    assert [t.marker.color for t in legend] == [palette[s] for s in STATES if s not in OPTIONAL_STATES]
 
 
 def test_window_figure_maps_states_to_their_colours(trace):

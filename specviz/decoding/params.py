@@ -266,6 +266,26 @@ class PeanutLanternParameters(PeanutParameters):
     delta: float = _delta()
 
 
+@dataclass(frozen=True)
+class SpeculativeParameters(Parameters):
+    """Draft-then-verify with a separate draft model on a continuous-token pair (cspd, cspd-exact)."""
+
+    gamma: int = parameter(
+        8, "CSpD: tokens the draft model proposes per target pass (the paper's gamma: 4 to 32)", "Draft length gamma",
+        low=1, high=MAX_WINDOW,
+    )  # fmt: skip
+    prefill: float = parameter(
+        0.05, "CSpD token pre-filling: the share of the first tokens the target draws alone before drafting starts "
+        "(the paper's 0.05; its released code uses 0.15)", "Pre-filled share",
+        low=0.0, high=1.0,
+    )  # fmt: skip
+    max_tries: int = parameter(
+        1000, "resampling after a rejection stops after this many target proposals and keeps the last one; each "
+        "time that happens is counted in the trace", "Resampling tries cap",
+        low=1, high=100_000,
+    )  # fmt: skip
+
+
 def all_fields(classes: list[type[Parameters]]) -> dict[str, tuple[type, Spec]]:
     """Every parameter name of the given classes, once (its first declaration), for flags and controls."""
     result: dict[str, tuple[type, Spec]] = {}

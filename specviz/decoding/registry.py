@@ -6,7 +6,20 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specviz.decoding import ar, eagle2, gsd, jacobi, lantern, peanut, scd_gs, scd_mc, sjd
+from specviz.decoding import (
+    ar,
+    continuous_ar,
+    cspd,
+    cspd_exact,
+    eagle2,
+    gsd,
+    jacobi,
+    lantern,
+    peanut,
+    scd_gs,
+    scd_mc,
+    sjd,
+)
 from specviz.decoding.drafters import check_needs
 from specviz.decoding.params import (
     GsdParameters,
@@ -15,11 +28,13 @@ from specviz.decoding.params import (
     Parameters,
     PeanutLanternParameters,
     PeanutParameters,
+    SpeculativeParameters,
     TreeParameters,
     WindowParameters,
 )
 from specviz.decoding.sampling import neighbour_table
-from specviz.models.protocol import Session, token_vectors
+from specviz.models.continuous import is_continuous
+from specviz.models.protocol import Session, UnsupportedMethod, token_vectors
 from specviz.trace import Iteration
 
 
@@ -31,12 +46,30 @@ class UnknownMethod(KeyError):
 @dataclass(frozen=True)
 class Method:
     name: str
-    iterate: Callable[..., Iterator[Iteration]]  # (session, sampling, generator, parameters) -> one record per pass
+    iterate: Callable[..., Iterator[Iteration]] | None  # (session, sampling, generator, parameters) -> per pass
     parameters: type[Parameters]
     lossless: bool
     description: str
     lossless_when_greedy: bool = False
     needs_token_vectors: bool = False  # the tokenizer's codebook vectors (relaxed acceptance)
+    # on a continuous-token pair: (pair session, sampling, generator, parameters) -> (record, tokens (k, d)) per pass
+    iterate_continuous: Callable[..., Iterator[tuple[Iteration, Any]]] | None = None
+
+    def runs_on(self, model: object) -> Callable[..., Iterator]:
+        """The method's loop for this model's kind of tokens; UnsupportedMethod where it has none."""
+        if is_continuous(model):
+            if self.iterate_continuous is None:
+                raise UnsupportedMethod(
+                    f"{self.name} decodes discrete tokens; {getattr(model, 'name', 'this model')} samples continuous "
+                    f"tokens with a diffusion head: use {', '.join(CONTINUOUS_METHODS)}"
+                )
+            return self.iterate_continuous
+        if self.iterate is None:
+            raise UnsupportedMethod(
+                f"{self.name} needs a continuous-token draft/target pair (for example tiny-continuous); "
+                f"{getattr(model, 'name', 'this model')} has discrete tokens"
+            )
+        return self.iterate
 
     @property
     def drafts_trees(self) -> bool:
@@ -66,7 +99,14 @@ class Method:
 METHODS: dict[str, Method] = {
     method.name: method
     for method in (
-        Method("ar", ar.iterate, NoParameters, True, "vanilla autoregressive: one token per model pass"),
+        Method(
+            "ar",
+            ar.iterate,
+            NoParameters,
+            True,
+            "vanilla autoregressive: one token per model pass",
+            iterate_continuous=continuous_ar.iterate,
+        ),
         Method(
             "jacobi",
             jacobi.iterate,
@@ -116,8 +156,36 @@ METHODS: dict[str, Method] = {
             "PEANUT with LANTERN's relaxed acceptance on the tree (lossy)",
             needs_token_vectors=True,
         ),
+        Method(
+            "ar-draft",
+            None,
+            NoParameters,
+            False,
+            "the draft model of a continuous pair alone, for reference (not the target's distribution)",
+            iterate_continuous=continuous_ar.iterate_draft,
+        ),
+        Method(
+            "cspd",
+            None,
+            SpeculativeParameters,
+            False,
+            "continuous speculative decoding as the CSpD paper writes it: aligned denoising noise, acceptance by "
+            "Sigma p(x0|x1p)/q(x0|x1q) (Eq. 5), acceptance-rejection resampling, pre-filling (close to the target, "
+            "not exact: check-lossless measures the gap)",
+            iterate_continuous=cspd.iterate,
+        ),
+        Method(
+            "cspd-exact",
+            None,
+            SpeculativeParameters,
+            True,
+            "continuous speculative decoding made exact: speculative sampling on whole denoising paths (target "
+            "transitions evaluated along the draft's own path), residual resampling of paths",
+            iterate_continuous=cspd_exact.iterate,
+        ),
     )
 }
+CONTINUOUS_METHODS = tuple(name for name, method in METHODS.items() if method.iterate_continuous is not None)
 
 
 def get_method(name: str) -> Method:

@@ -11,6 +11,7 @@ import torch
 from specviz.decoding.params import Parameters
 from specviz.decoding.registry import get_method
 from specviz.inputs import check_prompt, check_seed
+from specviz.models.continuous import check_continuous_sampling, is_continuous
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
@@ -37,23 +38,32 @@ class RunStream:
         self.prompt = check_prompt(prompt)
         self.sampling = sampling or model.default_sampling
         self.params = self.spec.resolve(params)
+        iterate = self.spec.runs_on(model)  # a method for the other kind of tokens is refused here
+        self.continuous = is_continuous(model)
+        if self.continuous:
+            check_continuous_sampling(self.sampling)
         generator = torch.Generator(device=model.device).manual_seed(seed)
         started = time.perf_counter()
         with torch.inference_mode():
             self.session = model.session(self.prompt, self.sampling.guidance_scale)
         self.prefill_ms = (time.perf_counter() - started) * 1000
-        with torch.inference_mode():
-            self.spec.prepare(self.session, self.params)
+        if not self.continuous:
+            with torch.inference_mode():
+                self.spec.prepare(self.session, self.params)
         self.elapsed = self.prefill_ms / 1000
         self.iterations: list[Iteration] = []
         self.tokens: list[int] = []
-        self._steps = self.spec.iterate(self.session, self.sampling, generator, self.params)
+        self.vectors: list[list[float]] = []  # a continuous run's token values
+        self._steps = iterate(self.session, self.sampling, generator, self.params)
 
     def step(self) -> Iteration | None:
         """Advance one iteration; None once the image is complete."""
         started = time.perf_counter()
         with torch.inference_mode():
             iteration = next(self._steps, None)
+            if self.continuous and iteration is not None:
+                iteration, values = iteration
+                self.vectors.extend(values.float().cpu().tolist())
         self.elapsed += time.perf_counter() - started
         if iteration is not None:
             self.iterations.append(iteration)
@@ -78,7 +88,14 @@ class RunStream:
             seconds=self.elapsed,
             prefill_ms=self.prefill_ms,
             iterations=self.iterations,
+            vectors=self.vectors if self.continuous else None,
+            draft_nfe=self.session.draft.nfe if self.continuous else None,
         )
+
+    @property
+    def decodable(self) -> list[int] | list[list[float]]:
+        """What `model.decode` takes for the image so far: the tokens, or a continuous run's vectors."""
+        return self.vectors if self.continuous else self.tokens
 
 
 def run(

@@ -23,6 +23,8 @@ class ModelEntry:
     sampling: Callable[[], SamplingSettings]
     # the captions the weights were trained on, where the project knows them (the app offers them)
     known_prompts: Callable[[], list[str]] = list
+    # tokens are vectors sampled by a diffusion head (a draft/target pair): methods for continuous tokens
+    continuous: bool = False
 
 
 def _tiny_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
@@ -53,6 +55,25 @@ def _tiny_known_prompts() -> list[str]:
     except (OSError, ValueError):
         return []
     return [name for name in names if isinstance(name, str)] if isinstance(names, list) else []
+
+
+def _tiny_continuous_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+    from specviz.models.tiny_continuous.adapter import TinyContinuousModel
+
+    return TinyContinuousModel.load(weights, device)
+
+
+def _tiny_continuous_offline() -> str | None:
+    from specviz.models.tiny_continuous.adapter import ASSETS, WEIGHT_FILES
+
+    missing = [name for name in WEIGHT_FILES if not (ASSETS / name).is_file()]
+    return f"missing {', '.join(missing)} in {ASSETS}" if missing else None
+
+
+def _tiny_continuous_sampling() -> SamplingSettings:
+    from specviz.models.tiny_continuous.adapter import read_sampling
+
+    return read_sampling()
 
 
 def _janus_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
@@ -164,6 +185,16 @@ MODELS: dict[str, ModelEntry] = {
         _tiny_offline,
         _tiny_sampling,
         _tiny_known_prompts,
+    ),
+    "tiny-continuous": ModelEntry(
+        "tiny-continuous",
+        "embedded continuous-token pair for CSpD: a target and a smaller draft, causal Llamas over projected 3x3 "
+        "patches (12 numbers per cell, 16x16 grid), each with a MAR-style diffusion head (OpenMoji, CC BY-SA 4.0)",
+        _tiny_continuous_load,
+        _tiny_continuous_offline,
+        _tiny_continuous_sampling,
+        _tiny_known_prompts,
+        continuous=True,
     ),
     "janus-pro": ModelEntry(
         "janus-pro",

@@ -22,6 +22,14 @@ from specviz.viz.analysis import (
     tree_shape_maps,
     window_size,
 )
+from specviz.viz.continuous import (
+    acceptance_by_step,
+    acceptance_by_step_figure,
+    ratio_bars_figure,
+    token_source_figure,
+    token_sources,
+    trajectory_figure,
+)
 from specviz.viz.figures import (
     acceptance_map_figure,
     accepted_length_figure,
@@ -55,6 +63,8 @@ __all__ = [
     "ExportError",
     "GridState",
     "Panel",
+    "acceptance_by_step",
+    "acceptance_by_step_figure",
     "acceptance_map_figure",
     "acceptance_maps",
     "accepted_length_figure",
@@ -80,6 +90,7 @@ __all__ = [
     "per_iteration",
     "per_tree",
     "race_figure",
+    "ratio_bars_figure",
     "ratio_text",
     "save_gif",
     "save_mp4",
@@ -90,7 +101,10 @@ __all__ = [
     "swatches",
     "tau_figure",
     "theme",
+    "token_source_figure",
+    "token_sources",
     "tokens_through",
+    "trajectory_figure",
     "tree_figure",
     "tree_layout",
     "tree_shape_figure",

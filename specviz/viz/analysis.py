@@ -43,7 +43,10 @@ def _check_index(trace: Trace, j: int) -> Iteration:
 
 def fates(iteration: Iteration) -> list[str]:
     """What the window views colour each draft of one iteration by: its fate, except that a draft
-    verified for the first time and neither accepted nor rejected shows as new."""
+    verified for the first time and neither accepted nor rejected shows as new. A continuous pass's
+    drafts are accepted, rejected or discarded (after the rejection)."""
+    if iteration.continuous is not None:
+        return list(iteration.continuous.fate)
     first_new = len(iteration.drafts) - len(iteration.new_init)
     return [
         "new" if offset >= first_new and fate not in ("accepted", "rejected") else fate
@@ -62,7 +65,9 @@ def window_size(trace: Trace) -> int:
 
 def verifies_drafts(iteration: Iteration) -> bool:
     """A pass that verified drafts (a window or a tree), as opposed to one that only sampled a token."""
-    return bool(iteration.drafts) or iteration.tree is not None
+    return (
+        bool(iteration.drafts) or iteration.tree is not None or bool(iteration.continuous and iteration.continuous.fate)
+    )
 
 
 def has_trees(trace: Trace) -> bool:
@@ -83,7 +88,7 @@ def opening_iteration(trace: Trace) -> int:
     if has_trees(trace):
         return max(range(len(its)), key=lambda j: (its[j].tree is not None, its[j].accepted, -j))
     for j, it in enumerate(its):
-        if {"accepted", "rejected"} <= set(it.fate):
+        if {"accepted", "rejected"} <= set(fates(it)):
             return j
     return max(range(len(its)), key=lambda j: (len(set(fates(its[j]))), -j))
 
@@ -116,10 +121,11 @@ def committed_before(trace: Trace, j: int) -> int:
     return sum(len(it.committed) for it in trace.iterations[:j])
 
 
-def tokens_through(trace: Trace, j: int) -> list[int]:
-    """Tokens fixed once iteration j has run, to decode the partial image after it."""
+def tokens_through(trace: Trace, j: int) -> list[int] | list[list[float]]:
+    """Tokens fixed once iteration j has run, to decode the partial image after it (a continuous run:
+    their vectors)."""
     _check_index(trace, j)
-    return trace.tokens[: committed_before(trace, j + 1)]
+    return (trace.vectors or trace.tokens)[: committed_before(trace, j + 1)]
 
 
 def cell_of_position(trace: Trace) -> np.ndarray:
@@ -177,7 +183,7 @@ def _reach(iteration: Iteration) -> int:
     """Positions from `start` that a pass drafted: its window, or its tree's levels."""
     if iteration.tree is not None:
         return max(iteration.tree.depths, default=0)
-    return len(iteration.drafts)
+    return len(fates(iteration))
 
 
 def acceptance_maps(trace: Trace) -> dict[str, np.ndarray]:

@@ -387,8 +387,17 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
                 row=1,
                 col=col,
             )
+    if trace.draft_nfe is not None and trace.method != ar.method:  # a draft model's passes, beside the target's
+        fig.add_trace(
+            go.Bar(
+                x=[f"{trace.method}: draft"], y=[trace.draft_nfe], name="draft model passes",
+                marker_color=palette["new"], text=[f"{trace.draft_nfe:d}"], textposition="outside", cliponaxis=False,
+            ),
+            row=1,
+            col=1,
+        )  # fmt: skip
     for col, value in enumerate((lambda t: t.nfe, lambda t: t.seconds), start=1):
-        top = 1.2 * max(value(trace), value(ar)) or 1.0  # room for the labels above the bars
+        top = 1.2 * max(value(trace), value(ar), trace.draft_nfe or 0 if col == 1 else 0) or 1.0  # room for labels
         fig.update_yaxes(range=[0, top], row=1, col=col)
     title = (
         f"{trace.method} vs {ar.method}: {ratio_text(numbers['step_compression'])} step compression,<br>"

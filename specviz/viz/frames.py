@@ -123,7 +123,7 @@ def _grid_picture(grid: GridState, scale: int, dark: bool) -> Image.Image:
     return Image.fromarray(pixels)
 
 
-DRAFT_FATES = ("accepted", "rejected", "kept", "redrawn", "reset", "new")
+DRAFT_FATES = ("accepted", "rejected", "kept", "redrawn", "reset", "new", "discarded")
 
 
 def pass_overlay(image: Image.Image, trace: Trace, j: int, dark: bool = False) -> Image.Image:

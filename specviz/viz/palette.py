@@ -17,9 +17,10 @@ OKABE_ITO = {
     "reddish_purple": "#CC79A7",
 }
 
-FATES = ("accepted", "rejected", "kept", "redrawn", "reset", "new")
+FATES = ("accepted", "rejected", "kept", "redrawn", "reset", "new", "discarded")
 STATES = ("committed", "pending", *FATES)  # every colour a grid cell can take, in legend order
-OPTIONAL_STATES = ("reset",)  # only a non-default option produces these: in a legend only when shown
+# only a non-default option (reset) or a continuous pair (discarded) produces these: in a legend only when shown
+OPTIONAL_STATES = ("reset", "discarded")
 
 
 TREE_STATES = ("committed", "pending", "accepted", "rejected")  # what a tree pass leaves on the grid
@@ -42,6 +43,7 @@ LABELS = {
     "redrawn": "redrawn (token changed)",
     "reset": "reset (initialised afresh)",
     "new": "new (verified for the first time)",
+    "discarded": "discarded (drafted after the rejection)",
 }
 NOW_LABEL = "committed this iteration"
 
@@ -70,6 +72,7 @@ def colors(dark: bool = False) -> dict[str, str]:
         "redrawn": OKABE_ITO["reddish_purple"],
         "reset": OKABE_ITO["yellow"],
         "new": OKABE_ITO["sky_blue"],
+        "discarded": "#5A5A5A" if dark else "#C4C4C4",
         "outline": FOREGROUND[dark],
     }
 

@@ -44,7 +44,9 @@ from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, OKABE
 
 FORMATS = ("pdf", "svg", "png")
 WIDTH_RANGE_IN = (1.5, 16.0)  # narrower cannot hold a label; wider is no page or slide
-HATCHES = {"rejected": "xxxx", "kept": "----", "redrawn": "////", "reset": "\\\\\\\\", "new": "...."}
+HATCHES = {
+    "rejected": "xxxx", "kept": "----", "redrawn": "////", "reset": "\\\\\\\\", "new": "....", "discarded": "||||"
+}  # fmt: skip
 OUTLINED = frozenset({"accepted"})  # accepted cells are always committed this iteration, so always outlined
 GREY_STEP = 10.0  # CIE L* apart: two plain colours this far apart stay distinct when printed in grey
 STRIP_HEIGHT = 0.12  # the fate strip under the ratio bars, in units of the ratio axis

@@ -160,15 +160,17 @@ def augmented_images(emoji: EmojiSet) -> tuple[np.ndarray, np.ndarray]:
 
 
 def shift_tokens(
-    tokens: torch.Tensor, rows: int, cols: int, dy: torch.Tensor, dx: torch.Tensor, fill: int
+    tokens: torch.Tensor, rows: int, cols: int, dy: torch.Tensor, dx: torch.Tensor, fill: int | torch.Tensor
 ) -> torch.Tensor:
-    """(B, rows * cols) token grids moved by whole patches (dy, dx per row), the uncovered cells set
-    to `fill` (the code of a white patch): the image translated in token space, exactly."""
-    batch = tokens.shape[0]
-    grid = tokens.view(batch, rows, cols)
+    """(B, rows * cols) token grids, or (B, rows * cols, d) grids of continuous tokens, moved by whole
+    patches (dy, dx per row), the uncovered cells set to `fill` (the code, or the vector, of a white
+    patch): the image translated in token space, exactly."""
+    batch, features = tokens.shape[0], tokens.shape[2:]
     y = torch.arange(rows, device=tokens.device)[None, :, None] - dy[:, None, None]
     x = torch.arange(cols, device=tokens.device)[None, None, :] - dx[:, None, None]
     inside = (y >= 0) & (y < rows) & (x >= 0) & (x < cols)
-    index = (y.clamp(0, rows - 1) * cols + x.clamp(0, cols - 1)).expand(batch, rows, cols)
-    moved = grid.reshape(batch, -1).gather(1, index.reshape(batch, -1)).view(batch, rows, cols)
-    return torch.where(inside, moved, torch.full_like(moved, fill)).view(batch, -1)
+    index = (y.clamp(0, rows - 1) * cols + x.clamp(0, cols - 1)).expand(batch, rows, cols).reshape(batch, -1)
+    index = index.view(batch, -1, *(1,) * len(features)).expand(batch, -1, *features)
+    moved = tokens.gather(1, index)
+    inside = inside.reshape(batch, -1, *(1,) * len(features))
+    return torch.where(inside, moved, torch.as_tensor(fill, dtype=tokens.dtype, device=tokens.device))

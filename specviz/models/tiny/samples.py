@@ -11,6 +11,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from specviz.decoding import run
+from specviz.models.protocol import ImageModel
 from specviz.models.tiny.adapter import ASSETS, TinyModel
 
 TRAINING_CAPTIONS = [
@@ -20,8 +21,10 @@ TRAINING_CAPTIONS = [
 FREE_TEXT = ["a smiling cat", "a blue car", "a yellow star", "a green tree", "a happy dog", "a red heart"]
 
 
-def sample_grid(model: TinyModel, prompts: list[str], seeds: int = 2, cell: int = 144) -> Image.Image:
-    """Rows of prompts, `seeds` samples each, captioned; AR decoding with the model's defaults."""
+def sample_grid(
+    model: ImageModel, prompts: list[str], seeds: int = 2, cell: int = 144, method: str = "ar", params=None
+) -> Image.Image:
+    """Rows of prompts, `seeds` samples each, captioned; `method` (AR by default) at the model's defaults."""
     font = ImageFont.load_default(size=14)
     label_height = 20
     columns = 4
@@ -32,7 +35,10 @@ def sample_grid(model: TinyModel, prompts: list[str], seeds: int = 2, cell: int 
     for index, prompt in enumerate(prompts):
         row, slot = divmod(index, per_row)
         for seed in range(seeds):
-            image = model.decode(run(model, "ar", prompt, seed).tokens).resize((cell, cell), Image.NEAREST)
+            trace = run(model, method, prompt, seed, params=params)
+            image = model.decode(trace.vectors if trace.continuous else trace.tokens).resize(
+                (cell, cell), Image.NEAREST
+            )
             x, y = (slot * seeds + seed) * cell, row * (cell + label_height)
             grid.paste(image, (x, y + label_height))
             if seed == 0:

@@ -88,6 +88,45 @@ def caption_vectors(captions: list[str], cache: Path) -> torch.Tensor:
     return vectors
 
 
+def training_batch(
+    pictures: torch.Tensor,
+    tokens: torch.Tensor,
+    batch_size: int,
+    generator: torch.Generator,
+    config: TinyConfig,
+    white: int | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of training images (indices into `tokens`), caption templates, condition drops, and their
+    tokens moved by random whole-patch shifts; every draw from the one CPU generator, in this order."""
+    picture = pictures[torch.randint(len(pictures), (batch_size,), generator=generator)]
+    template = torch.randint(len(CAPTION_TEMPLATES), (batch_size,), generator=generator)
+    drop = torch.rand(batch_size, generator=generator) < CONDITION_DROP
+    dy, dx = random_shifts(batch_size, generator)
+    picture, template, drop, dy, dx = (t.to(tokens.device) for t in (picture, template, drop, dy, dx))
+    return picture, template, drop, shift_tokens(tokens[picture], config.rows, config.cols, dy, dx, white)
+
+
+def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on norms, biases and the null prefix)."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
+def evaluation(step: int, loss: torch.Tensor, train_loss: float, held_out_loss: float, started: float) -> dict:
+    """One evaluation's record, printed as a JSON line as training goes."""
+    record = {
+        "step": step,
+        "batch_loss": round(loss.item(), 4),
+        "train_loss": round(train_loss, 4),
+        "held_out_loss": round(held_out_loss, 4),
+        "minutes": round((time.time() - started) / 60, 1),
+    }
+    print(json.dumps(record), flush=True)
+    return record
+
+
 def bfloat16(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: p.detach().to(torch.bfloat16).contiguous() for name, p in state.items()}
 
@@ -189,22 +228,13 @@ def main(argv: list[str] | None = None) -> None:
     model.to(device)
     params = sum(p.numel() for p in model.parameters())
     print(f"generator: {params / 1e6:.2f}M parameters, {len(train_pictures)} training images", flush=True)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr,
-        betas=(0.9, 0.95),
-    )
+    optimizer = adamw(model, args.lr, args.weight_decay)
     history, kept = [], {"held_out_loss": math.inf}
     for step in range(args.steps):
         # every draw from the one CPU generator, so a run is the same sequence on any device
-        picture = train_pictures[torch.randint(len(train_pictures), (args.batch_size,), generator=generator)]
-        template = torch.randint(len(CAPTION_TEMPLATES), (args.batch_size,), generator=generator)
-        drop = torch.rand(args.batch_size, generator=generator) < CONDITION_DROP
-        dy, dx = random_shifts(args.batch_size, generator)
-        picture, template, drop, dy, dx = (t.to(device) for t in (picture, template, drop, dy, dx))
-        batch_tokens = shift_tokens(tokens[picture], config.rows, config.cols, dy, dx, white)
+        picture, template, drop, batch_tokens = training_batch(
+            train_pictures, tokens, args.batch_size, generator, config, white
+        )
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.steps, args.lr)
         prompts = text[template, source[picture]]
@@ -218,15 +248,14 @@ def main(argv: list[str] | None = None) -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if step % args.eval_every == 0 or step == args.steps - 1:
-            record = {
-                "step": step,
-                "batch_loss": round(loss.item(), 4),
-                "train_loss": round(mean_loss(model, text[0, train_probe], tokens[train_probe], autocast), 4),
-                "held_out_loss": round(mean_loss(model, text[0, held_ids], tokens[held_ids], autocast), 4),
-                "minutes": round((time.time() - started) / 60, 1),
-            }
+            record = evaluation(
+                step,
+                loss,
+                mean_loss(model, text[0, train_probe], tokens[train_probe], autocast),
+                mean_loss(model, text[0, held_ids], tokens[held_ids], autocast),
+                started,
+            )
             history.append(record)
-            print(json.dumps(record), flush=True)
             if args.checkpoints:
                 args.checkpoints.mkdir(parents=True, exist_ok=True)
                 save_file(bfloat16(model.state_dict()), str(args.checkpoints / f"step{step:05d}.safetensors"))

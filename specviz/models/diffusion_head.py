@@ -1,0 +1,272 @@
+"""A MAR-style diffusion head: the per-token sampler of a continuous-token AR model.
+
+The backbone gives each position a condition vector z; the head draws that position's token by
+denoising Gaussian noise in a few tens of steps, each step conditioned on z. As in MAR (and
+improved DDPM, which it builds on): a cosine noise schedule of 1000 training steps, sampling on an
+evenly respaced subset of them, an MLP with adaptive layer norm on z and the timestep
+(`SimpleMLPAdaLN`), epsilon prediction, and a learned variance per coordinate interpolated (in log
+space) between the step's beta and its posterior variance. Classifier-free guidance mixes the
+conditional and unconditional epsilon; the variance is the conditional row's, as MAR does.
+
+What differs from MAR, on purpose: the last step (x_1 -> x_0) keeps its noise. MAR returns the last
+mean, which makes a token's density a point mass; CSpD's acceptance needs the Gaussian density of
+x_0 given x_1 (its Eq. 5), and the exact path test needs every transition to be a Gaussian. The
+temperature tau scales every transition's standard deviation (variance tau^2 Sigma), so sampling
+and the densities below agree at any temperature.
+
+A token's *path* is its whole denoising trajectory x_T, ..., x_0 with the mean and log variance
+of every transition; `sample` draws one from given noise (so two heads can share it: CSpD's
+trajectory alignment) and `along` evaluates a head's transitions along any given path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+TRAINING_STEPS = 1000
+# the prediction of x_0 is clipped to this box, as image diffusion clips to [-1, 1]: at the noisiest step
+# (alpha bar 2e-9) a small network's epsilon error would otherwise be amplified ten-thousandfold
+X0_LIMIT = 4.0
+LOG_2PI = math.log(2 * math.pi)
+
+
+def cosine_alpha_bars(steps: int = TRAINING_STEPS, offset: float = 0.008) -> torch.Tensor:
+    """(steps,) cumulative alpha products of the cosine schedule (Nichol and Dhariwal), float64,
+    with each beta clipped at 0.999 as there."""
+    t = torch.arange(steps + 1, dtype=torch.float64) / steps
+    f = torch.cos((t + offset) / (1 + offset) * math.pi / 2) ** 2
+    betas = (1 - f[1:] / f[:-1]).clamp(max=0.999)
+    return torch.cumprod(1 - betas, 0)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The noise schedule on a chosen set of training timesteps, float64.
+
+    `timesteps[k]` is the training step of sampling step k (ascending, the last one T - 1); beta,
+    alpha bar and the posterior variance are those of the respaced chain, as improved DDPM respaces.
+    Index 0 is the step that produces x_0.
+    """
+
+    timesteps: torch.Tensor
+    betas: torch.Tensor
+    alpha_bars: torch.Tensor
+    posterior_log_var: torch.Tensor  # clipped at index 0, where the posterior variance is 0
+    coef_x0: torch.Tensor
+    coef_xt: torch.Tensor
+
+    @classmethod
+    def respaced(cls, count: int, steps: int = TRAINING_STEPS) -> Schedule:
+        full = cosine_alpha_bars(steps)
+        timesteps = torch.linspace(0, steps - 1, count).round().long().unique()
+        alpha_bars = full[timesteps]
+        previous = torch.cat([torch.ones(1, dtype=torch.float64), alpha_bars[:-1]])
+        betas = 1 - alpha_bars / previous
+        posterior = betas * (1 - previous) / (1 - alpha_bars)
+        log_var = torch.log(torch.cat([posterior[1:2], posterior[1:]]))
+        coef_x0 = betas * previous.sqrt() / (1 - alpha_bars)
+        coef_xt = (1 - previous) * (1 - betas).sqrt() / (1 - alpha_bars)
+        return cls(timesteps, betas, alpha_bars, log_var, coef_x0, coef_xt)
+
+    @property
+    def count(self) -> int:
+        return len(self.timesteps)
+
+
+def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """Sinusoidal embedding of (n,) timesteps, as DDPM and MAR."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
+    angles = t.float()[:, None] * freqs[None]
+    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
+
+
+class AdaLNBlock(nn.Module):
+    """A residual MLP block whose layer norm is shifted, scaled and gated by the condition."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width))
+        self.modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 3 * width))
+
+    def forward(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        shift, scale, gate = self.modulation(y).chunk(3, dim=-1)
+        return h + gate * self.mlp(self.norm(h) * (1 + scale) + shift)
+
+
+class DenoiserMLP(nn.Module):
+    """MAR's SimpleMLPAdaLN, small: (x_t, t, z) -> epsilon and the variance interpolation v, per coordinate."""
+
+    def __init__(self, token_dim: int, cond_dim: int, width: int, blocks: int, frequency_dim: int = 128):
+        super().__init__()
+        self.frequency_dim = frequency_dim
+        self.time_embed = nn.Sequential(nn.Linear(frequency_dim, width), nn.SiLU(), nn.Linear(width, width))
+        self.cond_embed = nn.Linear(cond_dim, width)
+        self.input_proj = nn.Linear(token_dim, width)
+        self.blocks = nn.ModuleList(AdaLNBlock(width) for _ in range(blocks))
+        self.final_norm = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
+        self.final_modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 2 * width))
+        self.output = nn.Linear(width, 2 * token_dim)
+        for module in [*(b.modulation[-1] for b in self.blocks), self.final_modulation[-1], self.output]:
+            nn.init.zeros_(module.weight)  # every block starts as the identity, as MAR and DiT do
+            nn.init.zeros_(module.bias)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.denoise(x, self.embed_time(t) + self.cond_embed(z))
+
+    def embed_time(self, t: torch.Tensor) -> torch.Tensor:
+        return self.time_embed(timestep_embedding(t, self.frequency_dim))
+
+    def denoise(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Epsilon and v from x_t and y, the sum of the timestep's and the condition's embeddings."""
+        h = self.input_proj(x)
+        for block in self.blocks:
+            h = block(h, y)
+        shift, scale = self.final_modulation(y).chunk(2, dim=-1)
+        eps, v = self.output(self.final_norm(h) * (1 + scale) + shift).chunk(2, dim=-1)
+        return eps, v
+
+
+def gaussian_log_density(x: torch.Tensor, mean: torch.Tensor, log_var: torch.Tensor) -> torch.Tensor:
+    """log N(x; mean, diag(exp(log_var))), summed over the last dimension."""
+    return -0.5 * (((x - mean) ** 2) * torch.exp(-log_var) + log_var + LOG_2PI).sum(-1)
+
+
+@dataclass(frozen=True)
+class Path:
+    """Denoising trajectories of n tokens: `states` (n, S + 1, d) from x_T to x_0, and the mean and
+    log variance (n, S, d) of each transition states[:, k] -> states[:, k + 1] under one head."""
+
+    states: torch.Tensor
+    means: torch.Tensor
+    log_vars: torch.Tensor
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self.states[:, -1]
+
+    def step_log_densities(self) -> torch.Tensor:
+        """(n, S) log density of each transition, and in column 0 also that of x_T under N(0, I)."""
+        logs = gaussian_log_density(self.states[:, 1:], self.means, self.log_vars)
+        origin = torch.zeros_like(self.states[:, 0])
+        start = gaussian_log_density(self.states[:, 0], origin, origin)  # N(x_T; 0, I)
+        return torch.cat([logs[:, :1] + start[:, None], logs[:, 1:]], dim=1)
+
+    def log_density(self) -> torch.Tensor:
+        """(n,) log density of the whole path: N(x_T; 0, I) times every Gaussian transition."""
+        return self.step_log_densities().sum(-1)
+
+
+class DiffusionHead:
+    """Sampling and density evaluation of a trained DenoiserMLP under a schedule of `steps` steps.
+
+    Conditions are (n, G, H): G = 1, or G = 2 rows (conditional, unconditional) mixed with
+    `guidance` as classifier-free guidance. Every computation runs in float32.
+    """
+
+    def __init__(self, network: DenoiserMLP, steps: int, x0_limit: float = X0_LIMIT):
+        self.network, self.x0_limit = network, x0_limit
+        self.schedule = Schedule.respaced(steps)
+        s = self.schedule
+        # sampling step k of the loop runs from the noisiest index (S - 1) down to 0
+        order = torch.arange(s.count - 1, -1, -1)
+        as32 = lambda values: values[order].float()  # noqa: E731
+        self._t = s.timesteps[order]
+        self._log_beta, self._log_posterior = as32(torch.log(s.betas)), as32(s.posterior_log_var)
+        self._coef_x0, self._coef_xt = as32(s.coef_x0), as32(s.coef_xt)
+        self._sqrt_ab, self._sqrt_1mab = as32(s.alpha_bars.sqrt()), as32((1 - s.alpha_bars).sqrt())
+        device = next(network.parameters()).device
+        with torch.no_grad():  # the sampling timesteps are fixed: embed them once
+            self._time_table = network.embed_time(self._t.to(device)).float()
+
+    @property
+    def steps(self) -> int:
+        return self.schedule.count
+
+    def transition(
+        self, x: torch.Tensor, k: int, conditions: torch.Tensor, guidance: float, temperature: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and log variance (n, d) of sampling step k (0 is the noisiest) at states x (n, d)."""
+        return self._transition(x, k, self.network.cond_embed(conditions), guidance, temperature)
+
+    def _transition(
+        self, x: torch.Tensor, k: int, embedded: torch.Tensor, guidance: float, temperature: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`transition` with the conditions already embedded (n, G, width): they stay the same at every step."""
+        n, rows, _ = embedded.shape
+        y = (embedded + self._time_table[k]).reshape(n * rows, -1)
+        eps, v = self.network.denoise(x.repeat_interleave(rows, 0) if rows > 1 else x, y)
+        eps, v = eps.float().view(n, rows, -1), v.float().view(n, rows, -1)
+        mixed = eps[:, 1] + guidance * (eps[:, 0] - eps[:, 1]) if rows == 2 else eps[:, 0]
+        x0 = ((x - self._sqrt_1mab[k] * mixed) / self._sqrt_ab[k]).clamp(-self.x0_limit, self.x0_limit)
+        mean = self._coef_x0[k] * x0 + self._coef_xt[k] * x
+        fraction = (v[:, 0] + 1) / 2
+        log_var = fraction * self._log_beta[k] + (1 - fraction) * self._log_posterior[k]
+        return mean, log_var + 2 * math.log(max(temperature, 1e-6))
+
+    def sample(self, conditions: torch.Tensor, noise: torch.Tensor, guidance: float, temperature: float) -> Path:
+        """Denoise n tokens from `noise` (n, S + 1, d): noise[:, 0] is x_T, noise[:, k + 1] the
+        standard normal draw of step k. The same noise in two heads gives aligned trajectories."""
+        x = noise[:, 0].float()
+        states, means, log_vars = [x], [], []
+        embedded = self.network.cond_embed(conditions)
+        for k in range(self.steps):
+            mean, log_var = self._transition(x, k, embedded, guidance, temperature)
+            x = mean + torch.exp(0.5 * log_var) * noise[:, k + 1]
+            states.append(x)
+            means.append(mean)
+            log_vars.append(log_var)
+        return Path(torch.stack(states, 1), torch.stack(means, 1), torch.stack(log_vars, 1))
+
+    def along(self, conditions: torch.Tensor, states: torch.Tensor, guidance: float, temperature: float) -> Path:
+        """This head's transitions evaluated along given trajectories `states` (n, S + 1, d): all
+        steps in one batched network call, since every step's input state is known."""
+        n, _, d = states.shape
+        steps = self.steps
+        x = states[:, :-1].reshape(n * steps, d)
+        rows = conditions.shape[1]
+        embedded = self.network.cond_embed(conditions)[:, None] + self._time_table[None, :, None]  # (n, S, G, w)
+        eps, v = self.network.denoise(x.repeat_interleave(rows, 0), embedded.reshape(n * steps * rows, -1))
+        eps, v = eps.float().view(n * steps, rows, d), v.float().view(n * steps, rows, d)
+        mixed = eps[:, 1] + guidance * (eps[:, 0] - eps[:, 1]) if rows == 2 else eps[:, 0]
+        k = torch.arange(steps).repeat(n)
+        col = lambda values: values[k][:, None].to(states.device)  # noqa: E731
+        x0 = ((x - col(self._sqrt_1mab) * mixed) / col(self._sqrt_ab)).clamp(-self.x0_limit, self.x0_limit)
+        mean = col(self._coef_x0) * x0 + col(self._coef_xt) * x
+        fraction = (v[:, 0] + 1) / 2
+        log_var = fraction * col(self._log_beta) + (1 - fraction) * col(self._log_posterior)
+        log_var = log_var + 2 * math.log(max(temperature, 1e-6))
+        return Path(states, mean.view(n, steps, d), log_var.view(n, steps, d))
+
+
+def diffusion_loss(
+    network: DenoiserMLP, x0: torch.Tensor, z: torch.Tensor, schedule: Schedule, x0_limit: float = X0_LIMIT
+) -> torch.Tensor:
+    """Improved DDPM's hybrid loss on tokens x0 (N, d) with conditions z (N, H): epsilon MSE plus the
+    variational bound with the mean held fixed (so the bound trains only the variance), on timesteps
+    drawn uniformly from `schedule` (the full training schedule, `Schedule.respaced(TRAINING_STEPS)`)."""
+    t = torch.randint(schedule.count, (x0.shape[0],), device=x0.device)
+    table = lambda values: values.to(x0.device)[t].float()[:, None]  # noqa: E731
+    ab, beta, log_posterior = table(schedule.alpha_bars), table(schedule.betas), table(schedule.posterior_log_var)
+    coef_x0, coef_xt = table(schedule.coef_x0), table(schedule.coef_xt)
+    noise = torch.randn_like(x0)
+    xt = ab.sqrt() * x0 + (1 - ab).sqrt() * noise
+    eps, v = network(xt, schedule.timesteps.to(x0.device)[t], z)
+    eps, v = eps.float(), v.float()
+    mse = ((eps - noise) ** 2).mean()
+    fraction = (v + 1) / 2
+    log_var = fraction * torch.log(beta) + (1 - fraction) * log_posterior
+    x0_pred = ((xt - (1 - ab).sqrt() * eps.detach()) / ab.sqrt()).clamp(-x0_limit, x0_limit)
+    mean = coef_x0 * x0_pred + coef_xt * xt
+    true_mean = coef_x0 * x0 + coef_xt * xt
+    kl = 0.5 * (
+        log_var - log_posterior - 1 + torch.exp(log_posterior - log_var) + (true_mean - mean) ** 2 * torch.exp(-log_var)
+    )
+    nll = 0.5 * ((x0 - mean) ** 2 * torch.exp(-log_var) + log_var + LOG_2PI)
+    bound = torch.where((t > 0)[:, None], kl, nll).mean() / math.log(2.0)
+    return mse + bound

@@ -1,0 +1,263 @@
+"""Plotly figures of runs on a continuous-token pair (ar, ar-draft, cspd, cspd-exact).
+
+Pure functions of a Trace, with the theme and fate colours of `specviz.viz.figures`: where each token
+came from on the grid (the CSpD paper's figure 16), one pass's drafts and their acceptance ratios,
+the denoising trajectories of draft and target for one draft in two dimensions (figure 4, from the
+run itself), and acceptance by generation step (figure 11). Given a discrete run they say, in place
+of a plot, that the view belongs to continuous tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from specviz.trace import Trace
+from specviz.viz.analysis import _check_index, _on_grid
+from specviz.viz.figures import _finish, message_figure
+from specviz.viz.palette import OKABE_ITO, colors
+
+# where a committed token came from, in legend order: (label, colour key or hex)
+SOURCES = {
+    "alone": ("drawn by the target alone (AR, pre-filled)", "committed"),
+    "draft": ("draft accepted", "accepted"),
+    "resampled": ("draft rejected, resampled", "rejected"),
+    "capped": ("resampling hit its cap: a plain target draw", OKABE_ITO["yellow"]),
+    "target": ("drawn by the target after a fully accepted draft", "new"),
+    "pending": ("not generated yet", "pending"),
+}
+FATE_COLOURS = {"accepted": "accepted", "rejected": "rejected", "discarded": "pending"}
+COORDINATES = ("token coordinate 1 (first principal component)", "token coordinate 2")
+POSITION_BINS = 16
+
+
+def _colour(key: str, dark: bool) -> str:
+    return key if key.startswith("#") else colors(dark)[key]
+
+
+def _not_continuous(trace: Trace, title: str, dark: bool, large: bool) -> go.Figure:
+    return message_figure(
+        title,
+        f"{trace.method} on {trace.model} decodes discrete tokens: this view is for a continuous-token pair "
+        "(tiny-continuous with ar, cspd or cspd-exact).",
+        dark,
+        large,
+    )
+
+
+def token_sources(trace: Trace, j: int | None = None) -> np.ndarray:
+    """Per position, where its token came from (a key of SOURCES), through iteration j (default: all)."""
+    last = len(trace.iterations) - 1 if j is None else j
+    sources = np.full(len(trace.geometry.layout), "pending", dtype=object)
+    for it in trace.iterations[: last + 1]:
+        drafted = bool(it.continuous.fate)
+        for offset, source in enumerate(it.continuous.source):
+            sources[it.start + offset] = "alone" if source == "target" and not drafted else source
+    return sources
+
+
+def token_source_figure(trace: Trace, j: int | None = None, dark: bool = False, large: bool = False) -> go.Figure:
+    """The grid coloured by where each token came from: accepted drafts, resampled rejections, the target."""
+    title = "where each token came from"
+    if not trace.continuous:
+        return _not_continuous(trace, title, dark, large)
+    sources = token_sources(trace, j)
+    keys = list(SOURCES)
+    grid = _on_grid(trace, np.array([keys.index(s) for s in sources], dtype=float), np.nan)
+    scale = []
+    for k, key in enumerate(keys):
+        colour = _colour(SOURCES[key][1], dark)
+        scale += [[k / len(keys), colour], [(k + 1) / len(keys), colour]]
+    labels = np.vectorize(lambda k: SOURCES[keys[int(k)]][0], otypes=[object])(grid)
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid,
+            zmin=-0.5,
+            zmax=len(keys) - 0.5,
+            colorscale=scale,
+            showscale=False,
+            customdata=labels,
+            hovertemplate="row %{y}, column %{x}: %{customdata}<extra></extra>",
+            xgap=1,
+            ygap=1,
+        )
+    )
+    shown = set(sources)
+    for key in keys:  # a legend entry per source on screen
+        if key in shown:
+            fig.add_trace(
+                go.Scatter(
+                    x=[None], y=[None], mode="markers", name=SOURCES[key][0],
+                    marker={"size": 12, "symbol": "square", "color": _colour(SOURCES[key][1], dark)},
+                )
+            )  # fmt: skip
+    g = trace.geometry
+    fig.update_xaxes(showgrid=False, zeroline=False, range=[-0.5, g.cols - 0.5], constrain="domain", title="column")
+    fig.update_yaxes(
+        showgrid=False, zeroline=False, range=[g.rows - 0.5, -0.5], scaleanchor="x", constrain="domain", title="row"
+    )
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0.5, "xanchor": "center"})
+    drafted = [f for it in trace.iterations for f in it.continuous.fate if f != "discarded"]
+    rate = f", {drafted.count('accepted') / len(drafted):.0%} of tested drafts accepted" if drafted else ""
+    return _finish(fig, f"{trace.method}: {title}{rate}", 620, dark, large)
+
+
+def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -> go.Figure:
+    """The drafts of iteration j: each one's acceptance ratio min(1, r) as a bar in its fate's colour, and
+    the uniform that decided it as a tick (accepted when the tick lies at or below the bar's top)."""
+    if not trace.continuous:
+        return _not_continuous(trace, "drafts and acceptance ratios", dark, large)
+    it = trace.iterations[j]
+    _check_index(trace, j)
+    step = it.continuous
+    head = f"iteration {j}/{len(trace.iterations) - 1}"
+    if not step.fate:
+        return message_figure(
+            f"{head}: no drafts",
+            f"The target drew position {it.start} alone ({'pre-filling' if trace.method.startswith('cspd') else 'AR'}):"
+            " one pass, one token, nothing to verify.",
+            dark,
+            large,
+        )
+    palette = colors(dark)
+    offsets = np.arange(len(step.fate))
+    hover = []
+    for k, fate in enumerate(step.fate):
+        parts = [
+            f"position {it.start + k}",
+            fate,
+            f"log r = {step.log_ratio[k]:.2f}",
+            f"min(1, r) = {step.ratio[k]:.3f}",
+        ]
+        if step.log_sigma is not None:
+            parts.append(f"log Sigma = {step.log_sigma[k]:.2f} (Eq. 4)")
+        if step.uniform[k] is not None:
+            parts.append(f"uniform u = {step.uniform[k]:.3f}")
+        hover.append("<br>".join(parts))
+    fig = go.Figure(
+        go.Bar(
+            x=offsets,
+            y=[max(r, 0.015) for r in step.ratio],  # a ratio of 0 still shows a sliver in its colour
+            marker_color=[palette[FATE_COLOURS[fate]] for fate in step.fate],
+            customdata=hover,
+            hovertemplate="%{customdata}<extra></extra>",
+            name="min(1, r)",
+        )
+    )
+    tested = [k for k, u in enumerate(step.uniform) if u is not None]
+    fig.add_trace(
+        go.Scatter(
+            x=tested, y=[step.uniform[k] for k in tested], mode="markers", name="uniform u (accept if u <= bar)",
+            marker={"symbol": "line-ew-open", "size": 28, "color": palette["outline"], "line": {"width": 3}},
+            hoverinfo="skip",
+        )
+    )  # fmt: skip
+    fig.update_xaxes(title="draft (0 = the first position after the decided prefix)", dtick=1)
+    fig.update_yaxes(title="acceptance probability min(1, r)", range=[0, 1.05])
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0.5, "xanchor": "center"})
+    tries = f", resampled after {step.tries} {'try' if step.tries == 1 else 'tries'}" if step.tries else ""
+    kind = "cspd: r = Sigma p(x0|x1p) / q(x0|x1q)" if step.log_sigma is not None else "r = p(path) / q(path)"
+    title = f"{head}: {it.accepted} of {len(step.fate)} drafts accepted{tries}<br>{kind}"
+    return _finish(fig, title, 480, dark, large)
+
+
+def trajectory_figure(
+    trace: Trace, j: int, draft: int | None = None, dark: bool = False, large: bool = False
+) -> go.Figure:
+    """Draft k of iteration j (default: the rejected one, else the last accepted): its denoising path
+    x_T ... x_0 in the token's first two coordinates, and for cspd the target's path from the same
+    noise (trajectory alignment, the paper's figure 4); cspd-exact evaluates the target along the
+    draft's own path, so it has one."""
+    title = "denoising trajectories"
+    if not trace.continuous:
+        return _not_continuous(trace, title, dark, large)
+    _check_index(trace, j)
+    it = trace.iterations[j]
+    step = it.continuous
+    if not step.fate:
+        return message_figure(
+            f"iteration {j}: no drafts", "This pass drew its token with the target alone.", dark, large
+        )
+    k = draft if draft is not None else (step.fate.index("rejected") if "rejected" in step.fate else it.accepted - 1)
+    k = max(0, min(k, len(step.fate) - 1))
+    palette = colors(dark)
+    paths = [("draft", step.draft_path[k], palette["new"])]
+    if step.target_path is not None:
+        paths.append(("target (same noise)", step.target_path[k], palette["kept"]))
+    fig = go.Figure()
+    for name, points, colour in paths:
+        xs, ys = zip(*points, strict=True)
+        steps = len(points) - 1
+        fig.add_trace(
+            go.Scatter(
+                x=xs, y=ys, mode="lines+markers", name=name, line={"color": colour, "width": 3},
+                marker={"size": 6}, customdata=[f"step {s} of {steps}" for s in range(steps + 1)],
+                hovertemplate=f"{name}, %{{customdata}}<br>(%{{x:.3f}}, %{{y:.3f}})<extra></extra>",
+            )
+        )  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=[xs[-1]], y=[ys[-1]], mode="markers", showlegend=False, hoverinfo="skip",
+                marker={"size": 16, "symbol": "star", "color": colour, "line": {"color": palette["outline"]}},
+            )
+        )  # fmt: skip
+    start = paths[0][1][0]
+    fig.add_trace(
+        go.Scatter(
+            x=[start[0]], y=[start[1]], mode="markers", name="x_T (shared noise)",
+            marker={"size": 14, "symbol": "circle-open", "color": palette["outline"], "line": {"width": 2}},
+        )
+    )  # fmt: skip
+    fig.update_xaxes(title=COORDINATES[0])
+    fig.update_yaxes(title=COORDINATES[1], scaleanchor="x")
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0.5, "xanchor": "center"})
+    title = (
+        f"iteration {j}, draft {k} (position {it.start + k}): {step.fate[k]}, min(1, r) = {step.ratio[k]:.3f}"
+        f"<br>stars: the tokens x_0"
+    )
+    return _finish(fig, title, 520, dark, large)
+
+
+def acceptance_by_step(trace: Trace, bins: int = POSITION_BINS) -> tuple[np.ndarray, np.ndarray]:
+    """Accepted share of the tested drafts by the position they drafted, in `bins` equal spans of the
+    sequence: (bin starts, rates; NaN where no draft was tested)."""
+    length = len(trace.geometry.layout)
+    edges = np.linspace(0, length, bins + 1).astype(int)
+    accepted, tested = np.zeros(bins), np.zeros(bins)
+    for it in trace.iterations:
+        for offset, fate in enumerate(it.continuous.fate):
+            if fate != "discarded":
+                b = np.searchsorted(edges, it.start + offset, side="right") - 1
+                tested[b] += 1
+                accepted[b] += fate == "accepted"
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return edges[:-1], np.where(tested > 0, accepted / tested, np.nan)
+
+
+def acceptance_by_step_figure(traces: list[Trace], dark: bool = False, large: bool = False) -> go.Figure:
+    """Acceptance by generation step for one or more runs (the paper's figure 11: with and without
+    token pre-filling), each labelled with its method and pre-filled share."""
+    title = "acceptance by generation step"
+    runs = [trace for trace in traces if trace.continuous and any(it.continuous.fate for it in trace.iterations)]
+    if not runs:
+        return (
+            _not_continuous(traces[0], title, dark, large)
+            if traces and not traces[0].continuous
+            else (message_figure(title, "This run verified no drafts (AR draws every token itself).", dark, large))
+        )
+    palette = list(OKABE_ITO.values())[1:]
+    fig = go.Figure()
+    for index, trace in enumerate(runs):
+        starts, rates = acceptance_by_step(trace)
+        prefill = trace.params.get("prefill")
+        label = f"{trace.method}, pre-fill {prefill:.0%}" if isinstance(prefill, float) else trace.method
+        fig.add_trace(
+            go.Scatter(
+                x=starts, y=rates, mode="lines+markers", name=label, line={"color": palette[index % len(palette)]},
+                hovertemplate="positions from %{x}: %{y:.0%} accepted<extra></extra>", connectgaps=False,
+            )
+        )  # fmt: skip
+    fig.update_xaxes(title="generation step (first position of each span)")
+    fig.update_yaxes(title="tested drafts accepted", range=[0, 1.02], tickformat=".0%")
+    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
+    return _finish(fig, title, 420, dark, large)

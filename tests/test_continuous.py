@@ -1,0 +1,247 @@
+"""Continuous tokens: the diffusion head, the continuous protocol, the CSpD methods and their proofs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import specviz.decoding.cspd_exact as cspd_exact
+from specviz.continuous_lossless import (
+    ContinuousToy,
+    check_continuous,
+    energy_test,
+    method_samples,
+)
+from specviz.decoding.runner import run
+from specviz.models.diffusion_head import TRAINING_STEPS, DenoiserMLP, DiffusionHead, Schedule, diffusion_loss
+from specviz.models.errors import ModelUnavailable
+from specviz.models.protocol import UnsupportedMethod
+from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.models.tiny_continuous.adapter import TinyContinuousModel
+from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
+from specviz.models.tiny_continuous.projection import PatchProjection
+from specviz.trace import Trace, TraceError
+
+SMALL = ContinuousConfig(
+    rows=4, cols=4, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, head_width=32, head_blocks=1,
+    sampling_steps=6,
+)  # fmt: skip
+
+
+def random_network(config: ContinuousConfig, seed: int) -> ContinuousTextToImage:
+    """Random weights everywhere, the denoiser's zero-initialised layers included (an untrained head
+    would predict epsilon 0 and be the same in target and draft)."""
+    torch.manual_seed(seed)
+    network = ContinuousTextToImage(config)
+    with torch.no_grad():
+        for parameter in network.denoiser.parameters():
+            if not parameter.abs().sum():
+                parameter.normal_(0, 0.05)
+    return network
+
+
+@pytest.fixture(scope="module")
+def pair() -> TinyContinuousModel:
+    projection = PatchProjection(torch.full((27,), 0.5), torch.linalg.qr(torch.randn(27, 12))[0], 0.5)
+    return TinyContinuousModel(random_network(SMALL, 0), random_network(SMALL, 1), projection, torch.device("cpu"))
+
+
+def test_sampled_path_is_what_the_head_evaluates_along_it(pair):
+    head = pair.target_head
+    conditions = torch.randn(5, 2, SMALL.hidden_size)
+    path = head.sample(conditions, torch.randn(5, head.steps + 1, 12), 1.7, 0.9)
+    again = head.along(conditions, path.states, 1.7, 0.9)
+    assert torch.allclose(again.means, path.means, atol=1e-5) and torch.allclose(again.log_vars, path.log_vars)
+    by_hand = sum(
+        -0.5 * (((path.states[:, k + 1] - path.means[:, k]) ** 2) / path.log_vars[:, k].exp()
+                + path.log_vars[:, k] + math.log(2 * math.pi)).sum(-1)
+        for k in range(head.steps)
+    ) - 0.5 * (path.states[:, 0] ** 2 + math.log(2 * math.pi)).sum(-1)  # fmt: skip
+    assert torch.allclose(path.log_density(), by_hand, atol=1e-4)
+
+
+def test_guidance_one_is_the_conditional_head(pair):
+    head = pair.target_head
+    conditions, noise = torch.randn(3, 2, SMALL.hidden_size), torch.randn(3, head.steps + 1, 12)
+    mixed = head.sample(conditions, noise, 1.0, 1.0)
+    alone = head.sample(conditions[:, :1], noise, 1.0, 1.0)
+    assert torch.allclose(mixed.states, alone.states, atol=1e-5)
+
+
+def test_the_training_loss_teaches_a_head_a_conditional_gaussian():
+    torch.manual_seed(0)
+    network = DenoiserMLP(2, 4, 48, 2)
+    schedule = Schedule.respaced(TRAINING_STEPS)
+    optimizer = torch.optim.AdamW(network.parameters(), lr=3e-3)
+    for _ in range(1500):
+        label = torch.randint(2, (256,))
+        centre = torch.stack([label * 2.0 - 1, torch.full((256,), 0.5)], 1)
+        loss = diffusion_loss(
+            network, centre + 0.2 * torch.randn(256, 2), torch.nn.functional.one_hot(label, 4).float(), schedule
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    head = DiffusionHead(network.eval(), 20)
+    with torch.no_grad():
+        condition = torch.nn.functional.one_hot(torch.ones(3000, dtype=torch.long), 4).float()[:, None]
+        tokens = head.sample(condition, torch.randn(3000, 21, 2), 1.0, 1.0).tokens
+    assert torch.allclose(tokens.mean(0), torch.tensor([1.0, 0.5]), atol=0.1)
+    assert ((tokens.std(0) - 0.2).abs() < 0.1).all()  # data std 0.2, not the prior 1
+
+
+def test_a_session_truncated_or_rolled_back_has_the_conditions_of_a_fresh_one(pair):
+    session = pair.session("red apple", 2.0).draft
+    tokens = torch.randn(6, 12)
+    session.forward(tokens[:4])
+    session.commit(4)
+    session.forward(tokens[4:])
+    session.commit(0)  # a rollback
+    session.truncate(2)
+    fresh = pair.session("red apple", 2.0).draft
+    fresh.forward(tokens[:2])
+    fresh.commit(2)
+    assert session.position == 2 and torch.allclose(session.next_condition, fresh.next_condition, atol=1e-5)
+    assert torch.allclose(session.forward(tokens[2:5]), fresh.forward(tokens[2:5]), atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["ar", "ar-draft", "cspd", "cspd-exact"])
+def test_each_continuous_method_makes_a_whole_image_and_a_valid_trace(pair, method):
+    params = {"gamma": 3} if method.startswith("cspd") else None
+    trace = run(pair, method, "red apple", 0, params=params)
+    assert len(trace.vectors) == len(trace.tokens) == 16 and trace.draft_nfe >= 1
+    again = Trace.from_json(trace.to_json())
+    assert again.vectors == trace.vectors and again.continuous
+    assert pair.decode(trace.vectors).size == (12, 12)
+    steps = [it.continuous for it in trace.iterations]
+    if method.startswith("cspd"):
+        prefilled = math.ceil(0.05 * 16)
+        assert [s.source for s in steps[:prefilled]] == [["target"]] * prefilled
+        drafted = [s for s in steps if s.fate]
+        assert drafted and all(len(s.draft_path[0]) == pair.target_head.steps + 1 for s in drafted)
+        assert all((s.log_sigma is not None) == (method == "cspd") for s in drafted)
+    assert run(pair, method, "red apple", 0, params=params).vectors == trace.vectors  # seeded
+
+
+def test_the_methods_of_one_kind_of_token_refuse_the_other(pair, tiny):
+    with pytest.raises(UnsupportedMethod, match="continuous tokens"):
+        run(pair, "sjd", "red apple", 0)
+    with pytest.raises(UnsupportedMethod, match="continuous-token draft/target pair"):
+        run(tiny, "cspd", "red apple", 0)
+    with pytest.raises(SettingsError, match="top-k"):
+        run(pair, "ar", "red apple", 0, SamplingSettings(top_k=5))
+
+
+def test_malformed_continuous_records_are_refused(pair):
+    trace = run(pair, "cspd", "red apple", 0, params={"gamma": 3})
+    data = trace.model_dump()
+    data["vectors"] = data["vectors"][:-1]
+    with pytest.raises(TraceError, match="vectors"):
+        Trace.from_json(json.dumps(data))
+    data = trace.model_dump()
+    drafted = next(it for it in data["iterations"] if it["continuous"]["fate"])
+    drafted["continuous"]["fate"] = ["discarded"] * len(drafted["continuous"]["fate"])
+    with pytest.raises(TraceError, match="fate"):
+        Trace.from_json(json.dumps(data))
+
+
+def test_missing_or_mismatched_weights_say_what_is_wrong(tmp_path):
+    with pytest.raises(ModelUnavailable, match="missing"):
+        TinyContinuousModel.load(tmp_path)
+
+
+# Proof by measurement on the continuous toy (specviz.continuous_lossless): 2,000 sequences per side.
+
+
+def test_cspd_exact_samples_the_targets_distribution():
+    report = check_continuous("cspd-exact", samples=2000, seed=0)
+    assert report.matches, report.summary()
+    assert 0.1 < report.acceptance < 0.9  # drafts are both accepted and rejected: the test exercises both
+
+
+def test_ar_through_the_real_loop_matches_the_vectorised_reference():
+    assert check_continuous("ar", samples=1000, seed=3).matches
+
+
+def test_a_broken_resampling_is_detected(monkeypatch):
+    """Keeping the first target proposal after a rejection, instead of a draw of the residual."""
+    monkeypatch.setattr(cspd_exact, "first_accepted", lambda propose, cap, generator: (propose(1)[0][0], 1, False))
+    toy = ContinuousToy()
+    produced, _ = method_samples(toy, "cspd-exact", {}, 2000, torch.Generator().manual_seed(0))
+    reference = toy.target_samples(2000, torch.Generator().manual_seed(1))
+    _, p_value = energy_test(produced, reference, torch.Generator().manual_seed(2))
+    assert p_value < 1e-3
+
+
+def test_one_step_of_cspd_exact_on_the_shipped_pair_matches_the_target():
+    """The trained heads themselves: a step at a background cell, repeated 1,000 times (acceptance about 0.13)."""
+    from specviz.continuous_lossless import token_check
+
+    report = token_check(TinyContinuousModel.load(), "cspd-exact", "red apple", 3, samples=1000)
+    assert report.matches and report.acceptance > 0.03, report.summary()
+
+
+def test_cspd_reports_its_deviation():
+    report = check_continuous("cspd", samples=2000, seed=0)
+    assert math.isfinite(report.energy) and 0 < report.p_value <= 1 and 0 < report.acceptance < 1
+    assert "energy distance" in report.summary()
+
+
+def test_the_app_shows_a_continuous_run_with_its_own_views(pair):
+    from specviz import ui, viz
+
+    assert ui.methods_for("tiny-continuous") == ["ar-draft", "cspd", "cspd-exact"]
+    assert "cspd" not in ui.methods_for("tiny") and "sjd" in ui.methods_for("tiny")
+    trace = run(pair, "cspd", "red apple", 0, params={"gamma": 3})
+    j = viz.opening_iteration(trace)
+    assert trace.iterations[j].continuous.fate  # opens on a pass with drafts, not on a pre-filled token
+    bars, _, paths = ui.iteration_views({"trace": trace}, j, False, False)
+    assert bars["label"] == ui.CONTINUOUS_LABELS["iteration"] and paths["visible"]
+    assert "acceptance" in bars["value"].layout.title.text or "accepted" in bars["value"].layout.title.text
+    sources, _, by_step, versus, shapes = ui.overview_figures({"trace": trace}, "run_length", False, True)
+    assert by_step["label"] == ui.CONTINUOUS_LABELS["by_step"] and not shapes["visible"]
+    assert "where each token came from" in sources.layout.title.text.replace("<br>", " ")
+    assert "without an AR run" in versus.layout.annotations[0].text.replace("<br>", " ")
+    assert {s for s in viz.token_sources(trace)} <= {"alone", "draft", "resampled", "capped", "target"}
+    overlay = viz.pass_overlay(pair.decode(trace.vectors).resize((48, 48)), trace, j)
+    assert overlay.size == (48, 48)
+
+
+def test_a_discrete_run_in_a_continuous_view_says_why_it_is_empty(tiny):
+    from specviz import viz
+
+    trace = run(tiny, "sjd", "red apple", 0)
+    for figure in (viz.token_source_figure(trace), viz.ratio_bars_figure(trace, 0), viz.trajectory_figure(trace, 0)):
+        assert "continuous-token pair" in figure.layout.annotations[0].text.replace("<br>", " ")
+
+
+def test_the_cspd_sweep_measures_alpha_passes_and_the_cost_ratio(pair):
+    from specviz.bench_continuous import predicted_speedup, sweep
+
+    report = sweep(pair, ["red apple"], [0], pair.default_sampling, [2, 4], [0.0, 0.15])
+    assert [(r.method, r.gamma, r.prefill) for r in report.rows][:2] == [("cspd", 2, 0.0), ("cspd", 2, 0.15)]
+    assert len(report.rows) == 8 and report.cost_ratio > 0
+    for row in report.rows:
+        assert 0 <= row.alpha <= 1 and row.draft_passes >= 1 and row.target_passes <= 16 + 1  # the prefill
+        assert (row.log_sigma is None) == (row.method == "cspd-exact")
+    assert "| cspd-exact | 4 | 15% |" in report.markdown()
+    assert predicted_speedup(0.0, 4, 0.25) == pytest.approx(0.5)  # nothing accepted: gamma c + 1 = 2 passes' cost
+
+
+def test_run_writes_the_image_and_trace_of_a_continuous_method(tmp_path, capsys):
+    from specviz.cli import main
+
+    assert main(["run", "--model", "tiny-continuous", "--method", "cspd", "--gamma", "4", "--prompt", "sun",
+                 "--out", str(tmp_path)]) == 0  # fmt: skip
+    line = capsys.readouterr().out
+    assert "method=cspd (lossy)" in line and "draft_nfe=" in line and "alpha=" in line
+    trace = Trace.load(tmp_path / "trace.json")
+    assert trace.continuous and len(trace.vectors) == 256 and (tmp_path / "image.png").is_file()
+    assert (
+        main(["run", "--model", "tiny-continuous", "--method", "sjd", "--prompt", "sun", "--out", str(tmp_path / "b")])
+        == 2
+    )
+    assert "continuous tokens" in capsys.readouterr().err
