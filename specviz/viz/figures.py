@@ -396,6 +396,8 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
             row=1,
             col=1,
         )  # fmt: skip
+        # three entries: a legend below the plots leaves both panels their width (their titles stay apart)
+        fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0.5, "xanchor": "center"})
     for col, value in enumerate((lambda t: t.nfe, lambda t: t.seconds), start=1):
         top = 1.2 * max(value(trace), value(ar), trace.draft_nfe or 0 if col == 1 else 0) or 1.0  # room for labels
         fig.update_yaxes(range=[0, top], row=1, col=col)
