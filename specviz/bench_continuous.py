@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from specviz.decoding.runner import run
+from specviz.models.continuous import ContinuousPair
 from specviz.models.settings import SamplingSettings
 from specviz.trace import Trace
 from specviz.viz.analysis import ratio_text
@@ -94,7 +95,7 @@ def predicted_speedup(alpha: float, gamma: int, cost: float) -> float:
 
 
 def sweep(
-    model,
+    model: ContinuousPair,
     prompts: list[str],
     seeds: list[int],
     sampling: SamplingSettings,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.decoding.registry import get_method
-from specviz.models.continuous import ContinuousSession, PairSession
+from specviz.models.continuous import ContinuousPair, ContinuousSession, PairSession
 from specviz.models.diffusion_head import DenoiserMLP, DiffusionHead
 from specviz.models.protocol import Geometry
 from specviz.models.settings import SamplingSettings
@@ -214,7 +214,9 @@ def measured_acceptance(toy: ContinuousToy, method: str, params: dict, generator
     return accepted / tested if tested else float("nan")
 
 
-def token_check(model, method: str, prompt: str, position: int, samples: int = 2000, seed: int = 0) -> ContinuousReport:
+def token_check(
+    model: ContinuousPair, method: str, prompt: str, position: int, samples: int = 2000, seed: int = 0
+) -> ContinuousReport:
     """One speculative step on a real pair, repeated: at the prefix the target's AR draws for `prompt` up
     to `position`, `samples` drafts are verified at once and each rejected one resampled; the tokens
     that come out are tested against as many draws of the target alone at that position. Exactness is

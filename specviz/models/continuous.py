@@ -112,7 +112,6 @@ class ContinuousPair(Protocol):
     default_sampling: SamplingSettings
     device: torch.device
     reference_generate: None
-    draft_cost: float | None  # measured draft pass time over target pass time per token, if known
 
     def session(self, prompt: str, guidance_scale: float) -> PairSession: ...
 

@@ -188,16 +188,11 @@ class DiffusionHead:
     def steps(self) -> int:
         return self.schedule.count
 
-    def transition(
-        self, x: torch.Tensor, k: int, conditions: torch.Tensor, guidance: float, temperature: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and log variance (n, d) of sampling step k (0 is the noisiest) at states x (n, d)."""
-        return self._transition(x, k, self.network.cond_embed(conditions), guidance, temperature)
-
     def _transition(
         self, x: torch.Tensor, k: int, embedded: torch.Tensor, guidance: float, temperature: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`transition` with the conditions already embedded (n, G, width): they stay the same at every step."""
+        """Mean and log variance (n, d) of sampling step k (0 is the noisiest) at states x (n, d), the
+        conditions already embedded (n, G, width): they stay the same at every step."""
         n, rows, _ = embedded.shape
         y = (embedded + self._time_table[k]).reshape(n * rows, -1)
         eps, v = self.network.denoise(x.repeat_interleave(rows, 0) if rows > 1 else x, y)

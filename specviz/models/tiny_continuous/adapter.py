@@ -98,12 +98,11 @@ class TinyContinuousModel:
         projection: PatchProjection,
         device: torch.device,
         default_sampling: SamplingSettings = DEFAULT_SAMPLING,
-        draft_cost: float | None = None,
     ):
         self.target = target.to(device).eval().requires_grad_(False)
         self.draft = draft.to(device).eval().requires_grad_(False)
         self.projection = PatchProjection(projection.mean.to(device), projection.basis.to(device), projection.scale)
-        self.device, self.default_sampling, self.draft_cost = device, default_sampling, draft_cost
+        self.device, self.default_sampling = device, default_sampling
         config = target.config
         self.token_dim = config.token_dim
         self.geometry = Geometry.plain_grid(config.rows, config.cols, 1)
@@ -141,9 +140,7 @@ class TinyContinuousModel:
             raise _unusable(folder, f"projection.safetensors is not readable: {error}") from None
         if projection.basis.shape != (27, target.token_dim):
             raise _unusable(folder, f"projection.safetensors needs a (27, {target.token_dim}) basis")
-        _, summary = read_config(folder, "target")
-        cost = summary.get("draft_cost")
-        return cls(networks["target"], networks["draft"], projection, torch.device(device), read_sampling(folder), cost)
+        return cls(networks["target"], networks["draft"], projection, torch.device(device), read_sampling(folder))
 
     @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> PairSession:
