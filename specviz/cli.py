@@ -25,7 +25,7 @@ from specviz.inputs import (
 )
 from specviz.lossless import TOYS, check_lossless
 from specviz.models.errors import ModelUnavailable, UnknownModel
-from specviz.models.protocol import UnsupportedMethod
+from specviz.models.protocol import UnsupportedMethod, decode_in_order
 from specviz.models.registry import MODELS, get_entry, load_model
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.threads import ThreadSettingError, configure_threads
@@ -68,6 +68,9 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="tiny", help=f"one of: {', '.join(MODELS)} (default tiny)")
     parser.add_argument("--weights", help="local folder or hub id of the weights (default: the model's own)")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    parser.add_argument(
+        "--draft", help="draft model of a continuous pair: mar-b (default for mar-l, mar-h), mar-l (for mar-h) or none"
+    )
 
 
 def _method_fields() -> dict:
@@ -143,11 +146,11 @@ def command_run(args: argparse.Namespace) -> int:
     out = check_output_folder(args.out, _run_files(args.method))
     _check_run_inputs(args, [args.method])
     METHODS[args.method].resolve(_method_params(args))  # a parameter this method does not take is an error
-    prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
-    model = load_model(args.model, args.weights, args.device)
+    prompt, seed = check_prompt(args.prompt if args.class_label is None else args.class_label), check_seed(args.seed)
+    model = load_model(args.model, args.weights, args.device, args.draft)
     sampling = _sampling(args, model.default_sampling)
     trace = run(model, args.method, prompt, seed, sampling, _method_params(args))
-    image = model.decode(trace.vectors if trace.continuous else trace.tokens)
+    image = decode_in_order(model, trace.vectors if trace.continuous else trace.tokens, trace.geometry.order)
     try:
         out.mkdir(parents=True, exist_ok=True)
         image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")
@@ -169,6 +172,31 @@ def command_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_bench_mar(args: argparse.Namespace) -> int:
+    import torch
+
+    from specviz.models.mar.cost import cost_table, measure
+    from specviz.models.mar.network import RELEASES
+
+    names = [name.strip() for name in args.models.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RELEASES]
+    if unknown or not names:
+        raise UsageError(f"--models takes MAR sizes from {', '.join(RELEASES)}, not {', '.join(unknown) or 'nothing'}")
+    rows = sorted(set(_numbers(args.gammas, int, "--gammas")) | {1})
+    if not all(1 <= count <= 64 for count in rows):
+        raise UsageError("--gammas must be from 1 to 64")
+    if not 1 <= args.repeats <= 100:
+        raise UsageError("--repeats must be from 1 to 100")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise UsageError(f"--device {args.device!r} is not a torch device; for example cpu or cuda") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device {device} requested but CUDA is not available; use --device cpu")
+    print(cost_table({name: measure(name, device, rows, args.repeats) for name in names}, device))
+    return 0
+
+
 def command_models(args: argparse.Namespace) -> int:
     for entry in MODELS.values():
         reason = entry.offline()
@@ -186,7 +214,7 @@ def command_bench(args: argparse.Namespace) -> int:
     if not 1 <= args.seeds <= MAX_BENCH_SEEDS:
         raise UsageError(f"--seeds must be from 1 to {MAX_BENCH_SEEDS}")
     prompts = [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
-    model = load_model(args.model, args.weights, args.device)
+    model = load_model(args.model, args.weights, args.device, args.draft)
     params = {name: _method_params(args, name) for name in methods}
     sampling = _sampling(args, model.default_sampling)
     report = bench(
@@ -220,7 +248,7 @@ def command_bench_cspd(args: argparse.Namespace) -> int:
     if get_entry(args.model).continuous is False:
         raise UsageError(f"bench-cspd needs a continuous-token pair; {args.model} has discrete tokens")
     prompts = [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
-    model = load_model(args.model, args.weights, args.device)
+    model = load_model(args.model, args.weights, args.device, args.draft)
     sampling = _sampling(args, model.default_sampling)
     report = sweep(model, prompts, list(range(args.seeds)), sampling, gammas, prefills)
     print(report.markdown())
@@ -275,7 +303,7 @@ def _load_trace(path: str) -> Trace:
 def _image_decoder(traces: list[Trace]) -> Callable[[Trace, list[int]], Image.Image]:
     """Decodes a trace's tokens with the trace's own model; the models load now, before any drawing."""
     models = {name: load_model(name, None, "cpu") for name in dict.fromkeys(trace.model for trace in traces)}
-    return lambda trace, tokens: models[trace.model].decode(tokens)
+    return lambda trace, tokens: decode_in_order(models[trace.model], tokens, trace.geometry.order)
 
 
 def command_figures(args: argparse.Namespace) -> int:
@@ -314,12 +342,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _model_arguments(run_parser)
     run_parser.add_argument("--method", default="ar", help=f"one of: {', '.join(METHODS)} (default ar)")
-    run_parser.add_argument("--prompt", required=True, help="what to draw, e.g. 'red apple'")
+    what = run_parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", help="what to draw, e.g. 'red apple'")
+    what.add_argument(
+        "--class", dest="class_label", help="ImageNet class of a class-conditional model: index or name, e.g. 207"
+    )
     run_parser.add_argument("--seed", type=int, default=0)
     run_parser.add_argument("--out", required=True, help="output folder (created if missing)")
     _method_arguments(run_parser)
     _sampling_arguments(run_parser)
     run_parser.set_defaults(handler=command_run)
+
+    mar_parser = commands.add_parser(
+        "bench-mar",
+        help="time MAR's backbone pass over gamma rows and its diffusion head at the release's shapes (random "
+        "weights, nothing to download), and the cost ratio c of each draft/target pair",
+    )
+    mar_parser.add_argument("--models", default="mar-b,mar-l,mar-h", help="MAR sizes, comma-separated")
+    mar_parser.add_argument("--gammas", default="1,4,8", help="rows of a verification pass (1 is always timed)")
+    mar_parser.add_argument("--repeats", type=int, default=3, help="timed repeats after one warm-up")
+    mar_parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    mar_parser.set_defaults(handler=command_bench_mar)
 
     models_parser = commands.add_parser("models", help="list registered models and which run offline")
     models_parser.set_defaults(handler=command_models)

@@ -110,7 +110,8 @@ class ContinuousToy:
         self.target_head = DiffusionHead(target, self.steps)
         self.draft_head = DiffusionHead(draft, self.steps)
 
-    def session(self, prompt: str, guidance_scale: float) -> PairSession:
+    def session(self, prompt: str, guidance_scale: float, seed: int = 0) -> PairSession:
+        """Both models on one prompt; the grid is drawn in raster order, whatever the seed."""
         return PairSession(
             ToySession(self.target_backbone, self.target_head, self.geometry, guidance_scale),
             ToySession(self.draft_backbone, self.draft_head, self.geometry, guidance_scale),
@@ -240,11 +241,12 @@ def token_check(
         target_condition = pair.target.next_condition.expand(samples, -1, -1)
         draft_condition = pair.draft.next_condition.expand(samples, -1, -1)
         noise = torch.randn(samples, pair.draft.head.steps + 1, model.token_dim, generator=generator)
-        q = draw(pair.draft, draft_condition, noise, sampling)
-        verdict = rules[method](pair, sampling, generator, params, draft_condition, q, target_condition, noise)
+        at = torch.full((samples,), position)
+        q = draw(pair.draft, draft_condition, noise, sampling, at)
+        verdict = rules[method](pair, sampling, generator, params, draft_condition, q, target_condition, noise, at)
         accepted = torch.rand(samples, generator=generator) <= torch.exp(verdict.log_ratio.clamp(max=0.0))
         produced = torch.stack([q.tokens[i] if accepted[i] else verdict.resample(i)[0] for i in range(samples)])
-        reference = draw_fresh(pair.target, target_condition, sampling, generator).tokens
+        reference = draw_fresh(pair.target, target_condition, sampling, generator, at).tokens
     energy, p_value = energy_test(produced, reference, torch.Generator().manual_seed(seed + 2))
     label = {"prompt": prompt, "position": position}
     return ContinuousReport(method, label, samples, energy, p_value, float(accepted.float().mean()))

@@ -57,6 +57,8 @@ class TraceGeometry(_Strict):
     cols: Annotated[int, Field(ge=1, le=4096)]
     vocab_size: Annotated[int, Field(ge=1, le=1_000_000)]
     layout: Annotated[list[int], Field(max_length=MAX_POSITIONS)]
+    # the raster cell of each position, for a model that generates in a random order (MAR)
+    order: Annotated[list[int], Field(max_length=MAX_POSITIONS)] | None = None
 
     @model_validator(mode="after")
     def _layout_matches_grid(self) -> TraceGeometry:
@@ -67,6 +69,8 @@ class TraceGeometry(_Strict):
             )
         if any(entry < -1 or entry >= self.vocab_size for entry in self.layout):
             raise ValueError("layout entries must be -1 (image cell) or a token id below vocab_size")
+        if self.order is not None and (cells != len(self.layout) or sorted(self.order) != list(range(cells))):
+            raise ValueError("a generation order must place every position on its own grid cell, with no layout slots")
         return self
 
 

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from specviz.decoding import METHODS, RunStream, UnknownMethod, run
 from specviz.decoding.params import all_fields
 from specviz.inputs import InputError, check_seed
 from specviz.models.errors import ModelUnavailable, UnknownModel
-from specviz.models.protocol import ImageModel, UnsupportedMethod
+from specviz.models.protocol import ImageModel, UnsupportedMethod, decode_in_order
 from specviz.models.registry import MODELS, get_entry, load_model
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError
@@ -306,14 +306,14 @@ def show(image: Image.Image | None) -> Image.Image | None:
     return image.resize((DISPLAY_SIZE, DISPLAY_SIZE * image.height // image.width), Image.NEAREST)
 
 
-def picture(model: ImageModel, tokens: list[int], description: str) -> Image.Image:
+def picture(model: ImageModel, tokens: list, description: str, order: Sequence[int] | None = None) -> Image.Image:
     """The displayed image of a possibly partial token sequence, decoded on the compute thread.
 
     The description goes into the PNG's text chunk. Gradio caches an output image under the hash of
     its bytes and rewrites that file each time it is sent, so an identical image sent again can be
     truncated under a browser still reading it; distinct descriptions keep distinct files.
     """
-    image = show(on_compute_thread(model.decode, tokens))
+    image = show(on_compute_thread(decode_in_order, model, tokens, order))
     image.info["Description"] = description
     return image
 
@@ -474,7 +474,12 @@ def sampling_updates(sampling: SamplingSettings) -> tuple:
 
 def known_prompts(name: str) -> tuple[list[str], str | None]:
     """The names the model was trained on, where the project knows them, and a line saying so."""
-    known = get_entry(name).known_prompts() if name in MODELS else []
+    if name not in MODELS:
+        return [], None
+    entry = get_entry(name)
+    known = entry.known_prompts()
+    if entry.class_conditional:
+        return known, f"{name} draws the {len(known):,} ImageNet classes: pick one, or type a name or an index"
     return known, (f"{name} knows {len(known):,} names; free text gives the nearest it learned" if known else None)
 
 
@@ -485,9 +490,13 @@ def known_prompts_of(name: str) -> dict:
 
 
 def methods_for(name: str) -> list[str]:
-    """The methods to race against AR on this model: those for its kind of tokens."""
-    continuous = name in MODELS and get_entry(name).continuous
-    return [n for n, m in METHODS.items() if n != "ar" and (m.iterate_continuous if continuous else m.iterate)]
+    """The methods to race against AR on this model: those for its kind of tokens (and that its draft
+    model allows: a pair without one races AR alone)."""
+    entry = get_entry(name) if name in MODELS else None
+    if entry is None or not entry.continuous:
+        return [n for n, m in METHODS.items() if n != "ar" and m.iterate]
+    names = [n for n, m in METHODS.items() if n != "ar" and m.iterate_continuous]
+    return [n for n in names if entry.has_draft or not METHODS[n].needs_draft] or ["ar"]
 
 
 def methods_of(name: str) -> tuple:
@@ -621,7 +630,8 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool) -> tuple:
     j = max(0, min(int(j), len(trace.iterations) - 1))
     decoder = decoder_for(trace)
     tokens = viz.tokens_through(trace, j)
-    image = picture(decoder, tokens, f"{trace.method}: {len(tokens)} tokens after iteration {j}") if decoder else None
+    caption = f"{trace.method}: {len(tokens)} tokens after iteration {j}"
+    image = picture(decoder, tokens, caption, trace.geometry.order) if decoder else None
     trees = viz.has_trees(trace)
     if trace.continuous:
         view = viz.ratio_bars_figure(trace, j, dark=dark, large=large)
@@ -688,7 +698,11 @@ def figure_archive(runs: dict, j: int, folder: Path, decoder: ImageModel | None,
     every format, as `python -m specviz figures` writes them (AR has an iteration for every token, so j
     fits it too)."""
     shown = [("the run on screen", runs["trace"])] + ([("its AR baseline", runs["ar"])] if runs.get("ar") else [])
-    decode = (lambda trace, tokens: on_compute_thread(decoder.decode, tokens)) if decoder else None
+    decode = (
+        (lambda trace, tokens: on_compute_thread(decode_in_order, decoder, tokens, trace.geometry.order))
+        if decoder
+        else None
+    )
     figures = folder / "figures"
     figures.mkdir()
     made = write_figures(shown, figures, FORMATS, "dark" if dark else "paper", iteration=j, decode=decode)
@@ -853,7 +867,7 @@ def build() -> gr.Blocks:
                     return gr.update(), gr.update()
                 shown[stream] = len(stream.tokens)
                 description = f"{stream.method}: {len(stream.tokens)} tokens, live"
-                image = picture(chosen, stream.decodable, description)
+                image = picture(chosen, stream.decodable, description, stream.order)
                 if stream is contender and stream.iterations:  # the last pass's drafts, on the picture
                     image = viz.pass_overlay(image, stream.trace(), len(stream.iterations) - 1, dark=False)
                     image.info["Description"] = description
@@ -869,7 +883,8 @@ def build() -> gr.Blocks:
                     yield (*side(contender), *side(baseline), *(gr.update(),) * 4)
             trace, ar = contender.trace(), baseline.trace()
             images = tuple(
-                picture(chosen, decodable(t), f"{t.method}: {t.prompt!r}, seed {t.seed}") for t in (trace, ar)
+                picture(chosen, decodable(t), f"{t.method}: {t.prompt!r}, seed {t.seed}", t.geometry.order)
+                for t in (trace, ar)
             )
             # the live clocks also paid for drawing the race (see `retimes`): time both runs again undisturbed
             if retimes(chosen):
@@ -1008,10 +1023,12 @@ def build() -> gr.Blocks:
             decoder = decoder_for(trace)
 
             def image_at(k: int) -> Image.Image | None:
-                return on_compute_thread(decoder.decode, viz.tokens_through(trace, k)) if decoder else None
+                tokens = viz.tokens_through(trace, k)
+                return on_compute_thread(decode_in_order, decoder, tokens, trace.geometry.order) if decoder else None
 
             def ar_image_at(k: int) -> Image.Image | None:
-                return on_compute_thread(decoder.decode, viz.tokens_through(ar, k)) if decoder else None
+                tokens = viz.tokens_through(ar, k)
+                return on_compute_thread(decode_in_order, decoder, tokens, ar.geometry.order) if decoder else None
 
             def animate(paths: list[Path]) -> list[Path]:
                 return viz.write_animation(trace, image_at, paths, dark=night, ar=ar, ar_image_at=ar_image_at)

@@ -52,9 +52,11 @@ def verdict(
     q: Path,
     conditions: torch.Tensor,
     noise: torch.Tensor,
+    positions: torch.Tensor,
 ) -> Verdict:
-    """The paper's rule on drafts `q` (drawn from `noise`) with the target's `conditions` of their positions."""
-    p = draw(pair.target, conditions, noise, sampling)  # the target's trajectories on the drafts' noise
+    """The paper's rule on drafts `q` (drawn from `noise`) with the target's `conditions` of their
+    `positions`."""
+    p = draw(pair.target, conditions, noise, sampling, positions)  # the target's paths on the drafts' noise
     log_sigma = 0.5 * (q.log_vars[:, :-1] - p.log_vars[:, :-1]).sum((1, 2))  # Eq. 4: steps T .. 2
     last_p, last_q = (p.means[:, -1], p.log_vars[:, -1]), (q.means[:, -1], q.log_vars[:, -1])
     log_ratio = log_sigma + gaussian_log_density(q.tokens, *last_p) - gaussian_log_density(q.tokens, *last_q)

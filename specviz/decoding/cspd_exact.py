@@ -45,14 +45,15 @@ def verdict(
     q: Path,
     conditions: torch.Tensor,
     noise: torch.Tensor,
+    positions: torch.Tensor,
 ) -> Verdict:
-    """The path rule on drafts `q` with the target's `conditions` of their positions (`noise` unused:
+    """The path rule on drafts `q` with the target's `conditions` of their `positions` (`noise` unused:
     the target is evaluated along the draft's own paths)."""
-    p = along(pair.target, conditions, q.states, sampling)  # the target's density of the draft's paths
+    p = along(pair.target, conditions, q.states, sampling, positions)  # the target's density of the draft's paths
 
     def resample(i: int) -> tuple[torch.Tensor, int, bool]:
         target_condition, draft_condition = conditions[i : i + 1], draft_conditions[i : i + 1]
-        return residual_sample(pair, target_condition, draft_condition, sampling, generator, params)
+        return residual_sample(pair, target_condition, draft_condition, sampling, generator, params, int(positions[i]))
 
     return Verdict(p.log_density() - q.log_density(), resample)
 
@@ -64,14 +65,15 @@ def residual_sample(
     sampling: SamplingSettings,
     generator: torch.Generator,
     params: SpeculativeParameters,
+    position: int,
 ) -> tuple[torch.Tensor, int, bool]:
-    """A token of norm(max(0, p - q)) on paths: whole target paths, each kept with max(0, 1 - q/p)."""
+    """A token of norm(max(0, p - q)) at `position` on paths: whole target paths, each kept with
+    max(0, 1 - q/p)."""
 
     def propose(count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        p = draw_fresh(pair.target, target_condition.expand(count, -1, -1), sampling, generator)
-        q = pair.draft.head.along(
-            draft_condition.expand(count, -1, -1), p.states, pair.draft.guidance_scale, sampling.temperature
-        )
+        at = torch.full((count,), position)
+        p = draw_fresh(pair.target, target_condition.expand(count, -1, -1), sampling, generator, at)
+        q = along(pair.draft, draft_condition.expand(count, -1, -1), p.states, sampling, at)
         return p.tokens, 1 - torch.exp((q.log_density() - p.log_density()).clamp(max=0.0))
 
     return first_accepted(propose, params.max_tries, generator)

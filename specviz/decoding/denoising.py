@@ -30,24 +30,44 @@ def feed(session: ContinuousSession, pending: list[torch.Tensor]) -> torch.Tenso
     return session.next_condition
 
 
-def draw(session: ContinuousSession, conditions: torch.Tensor, noise: torch.Tensor, sampling: SamplingSettings) -> Path:
-    """Denoise one token per condition (n, G, H) from `noise` (n, S + 1, d) with the session's head."""
-    return session.head.sample(conditions, noise, session.guidance_scale, sampling.temperature)
+def span(first: int, count: int) -> torch.Tensor:
+    """The positions first, ..., first + count - 1 (whose guidance a schedule may set)."""
+    return torch.arange(first, first + count)
+
+
+def draw(
+    session: ContinuousSession,
+    conditions: torch.Tensor,
+    noise: torch.Tensor,
+    sampling: SamplingSettings,
+    positions: torch.Tensor,
+) -> Path:
+    """Denoise one token per condition (n, G, H) of `positions` (n,) from `noise` (n, S + 1, d) with
+    the session's head."""
+    return session.head.sample(conditions, noise, session.guidance_at(positions), sampling.temperature)
 
 
 def draw_fresh(
-    session: ContinuousSession, conditions: torch.Tensor, sampling: SamplingSettings, generator: torch.Generator
+    session: ContinuousSession,
+    conditions: torch.Tensor,
+    sampling: SamplingSettings,
+    generator: torch.Generator,
+    positions: torch.Tensor,
 ) -> Path:
     """Denoise one token per condition from fresh noise."""
     noise = sample_noise(len(conditions), session.head, session.token_dim, generator)
-    return draw(session, conditions, noise, sampling)
+    return draw(session, conditions, noise, sampling, positions)
 
 
 def along(
-    session: ContinuousSession, conditions: torch.Tensor, states: torch.Tensor, sampling: SamplingSettings
+    session: ContinuousSession,
+    conditions: torch.Tensor,
+    states: torch.Tensor,
+    sampling: SamplingSettings,
+    positions: torch.Tensor,
 ) -> Path:
-    """The session's head evaluated along given trajectories (n, S + 1, d)."""
-    return session.head.along(conditions, states, session.guidance_scale, sampling.temperature)
+    """The session's head evaluated along given trajectories (n, S + 1, d) of tokens at `positions`."""
+    return session.head.along(conditions, states, session.guidance_at(positions), sampling.temperature)
 
 
 def points(states: torch.Tensor) -> list[list[tuple[float, float]]]:
@@ -69,7 +89,7 @@ def alone(
     pending: list[torch.Tensor] = []
     for position in range(session.geometry.seq_len if stop is None else stop):
         started = time.perf_counter()
-        path = draw_fresh(session, feed(session, pending), sampling, generator)
+        path = draw_fresh(session, feed(session, pending), sampling, generator, span(position, 1))
         pending.append(path.tokens[0])
         step = ContinuousStep(source=[source], draft_passes=1 if source == "draft" else 0)
         step_ms = (time.perf_counter() - started) * 1000
@@ -89,7 +109,7 @@ def draft_tokens(
     for i in range(len(noise)):
         passes += bool(to_draft)
         condition = feed(draft, to_draft)
-        path = draw(draft, condition, noise[i : i + 1], sampling)
+        path = draw(draft, condition, noise[i : i + 1], sampling, span(draft.position, 1))
         conditions.append(condition)
         paths.append(path)
         to_draft.append(path.tokens[0])
@@ -160,8 +180,8 @@ class Verdict:
 
 
 # (draft conditions (gamma, G, H), the draft's paths, the target's conditions (gamma, G, H), the noise
-#  the drafts were drawn from) -> Verdict
-Verify = Callable[[torch.Tensor, Path, torch.Tensor, torch.Tensor], Verdict]
+#  the drafts were drawn from, the drafts' positions (gamma,)) -> Verdict
+Verify = Callable[[torch.Tensor, Path, torch.Tensor, torch.Tensor, torch.Tensor], Verdict]
 
 
 def speculative_decoding(
@@ -194,7 +214,7 @@ def speculative_decoding(
         drafted = time.perf_counter()
         conditions, before, fed = target_pass(target, to_target, q.tokens, length)
         passed = time.perf_counter()
-        verdict = verify(draft_conditions, q, conditions[:gamma], noise)
+        verdict = verify(draft_conditions, q, conditions[:gamma], noise, span(position, gamma))
         ratio = torch.exp(verdict.log_ratio.clamp(max=0.0))
         uniform = torch.rand(gamma, generator=generator, device=generator.device)
         rejected = (uniform > ratio).nonzero()
@@ -209,7 +229,7 @@ def speculative_decoding(
             draft.truncate(position + accepted)
             to_draft[:] = [token]
         elif position + gamma < length:
-            token = draw_fresh(target, conditions[gamma:], sampling, generator).tokens[0]
+            token = draw_fresh(target, conditions[gamma:], sampling, generator, span(position + gamma, 1)).tokens[0]
             committed.append(token)
             source.append("target")
             to_draft.append(token)

@@ -54,6 +54,7 @@ class Method:
     needs_token_vectors: bool = False  # the tokenizer's codebook vectors (relaxed acceptance)
     # on a continuous-token pair: (pair session, sampling, generator, parameters) -> (record, tokens (k, d)) per pass
     iterate_continuous: Callable[..., Iterator[tuple[Iteration, Any]]] | None = None
+    needs_draft: bool = False  # the draft model of a continuous pair
 
     def runs_on(self, model: object) -> Callable[..., Iterator]:
         """The method's loop for this model's kind of tokens; UnsupportedMethod where it has none."""
@@ -62,6 +63,11 @@ class Method:
                 raise UnsupportedMethod(
                     f"{self.name} decodes discrete tokens; {getattr(model, 'name', 'this model')} samples continuous "
                     f"tokens with a diffusion head: use {', '.join(CONTINUOUS_METHODS)}"
+                )
+            if self.needs_draft and not getattr(model, "has_draft", True):
+                raise UnsupportedMethod(
+                    f"{self.name} needs a draft model and {getattr(model, 'name', 'this model')} runs without one: "
+                    "pick a draft (for example --draft mar-b for mar-l or mar-h) or use ar"
                 )
             return self.iterate_continuous
         if self.iterate is None:
@@ -163,6 +169,7 @@ METHODS: dict[str, Method] = {
             False,
             "the draft model of a continuous pair alone, for reference (not the target's distribution)",
             iterate_continuous=continuous_ar.iterate_draft,
+            needs_draft=True,
         ),
         Method(
             "cspd",
@@ -173,6 +180,7 @@ METHODS: dict[str, Method] = {
             "Sigma p(x0|x1p)/q(x0|x1q) (Eq. 5), acceptance-rejection resampling, pre-filling (close to the target, "
             "not exact: check-lossless measures the gap)",
             iterate_continuous=cspd.iterate,
+            needs_draft=True,
         ),
         Method(
             "cspd-exact",
@@ -182,6 +190,7 @@ METHODS: dict[str, Method] = {
             "continuous speculative decoding made exact: speculative sampling on whole denoising paths (target "
             "transitions evaluated along the draft's own path), residual resampling of paths",
             iterate_continuous=cspd_exact.iterate,
+            needs_draft=True,
         ),
     )
 }

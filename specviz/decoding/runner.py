@@ -45,7 +45,10 @@ class RunStream:
         generator = torch.Generator(device=model.device).manual_seed(seed)
         started = time.perf_counter()
         with torch.inference_mode():
-            self.session = model.session(self.prompt, self.sampling.guidance_scale)
+            if self.continuous:  # a random-order pair draws its generation order from the seed
+                self.session = model.session(self.prompt, self.sampling.guidance_scale, seed=seed)
+            else:
+                self.session = model.session(self.prompt, self.sampling.guidance_scale)
         self.prefill_ms = (time.perf_counter() - started) * 1000
         if not self.continuous:
             with torch.inference_mode():
@@ -71,7 +74,7 @@ class RunStream:
         return iteration
 
     def trace(self) -> Trace:
-        geometry = self.model.geometry
+        geometry = self.session.geometry if self.continuous else self.model.geometry
         return Trace(
             model=self.model.name,
             method=self.method,
@@ -81,7 +84,11 @@ class RunStream:
             sampling=TraceSampling(**self.sampling.to_dict()),
             params=self.params.to_dict(),
             geometry=TraceGeometry(
-                rows=geometry.rows, cols=geometry.cols, vocab_size=geometry.vocab_size, layout=list(geometry.layout)
+                rows=geometry.rows,
+                cols=geometry.cols,
+                vocab_size=geometry.vocab_size,
+                layout=list(geometry.layout),
+                order=None if geometry.order is None else list(geometry.order),
             ),
             tokens=self.tokens,
             nfe=self.session.nfe,
@@ -89,8 +96,13 @@ class RunStream:
             prefill_ms=self.prefill_ms,
             iterations=self.iterations,
             vectors=self.vectors if self.continuous else None,
-            draft_nfe=self.session.draft.nfe if self.continuous else None,
+            draft_nfe=self.session.draft.nfe if self.continuous and self.session.draft else None,
         )
+
+    @property
+    def order(self) -> tuple[int, ...] | None:
+        """The cell order of a random-order model's run (for `decode_in_order`), else None."""
+        return self.session.geometry.order if self.continuous else None
 
     @property
     def decodable(self) -> list[int] | list[list[float]]:

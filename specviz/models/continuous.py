@@ -13,8 +13,10 @@ evaluate densities through the model's `DiffusionHead` (`specviz.models.diffusio
   crop: how a draft model takes back its rejected drafts). G = 2 rows (conditional, unconditional)
   when `guidance_scale` is not 1, else 1.
 - `ContinuousPair`: a target and a draft model on the same tokens, the pair CSpD needs; its
-  `session` opens both on one prompt, and `decode` turns (n, d) tokens into pixels (a partial grid
-  leaves the rest blank).
+  `session` opens both on one prompt (a random-order model draws its generation order from `seed`
+  and puts it in the session's geometry), and `decode` turns (n, d) tokens into pixels (a partial
+  grid leaves the rest blank). A pair may have no draft (MAR-B, the smallest): then only the target's
+  own methods run.
 
 A continuous model's tokens have no ids: its geometry has a vocabulary of one (every position's id
 is 0 in a trace) and the values travel in the trace's `vectors`.
@@ -28,7 +30,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from PIL import Image
 
-from specviz.models.diffusion_head import DiffusionHead
+from specviz.models.diffusion_head import DiffusionHead, Guidance
 from specviz.models.protocol import Geometry
 from specviz.models.settings import SamplingSettings, SettingsError
 
@@ -52,6 +54,11 @@ class ContinuousSession:
     @property
     def next_condition(self) -> torch.Tensor:
         return self._conditions[self.position]
+
+    def guidance_at(self, positions: torch.Tensor) -> Guidance:
+        """The guidance scale of the tokens at `positions` (n,): one scale for all here; a model whose
+        scale follows a schedule over the positions (MAR) returns one per token."""
+        return self.guidance_scale
 
     def forward(self, vectors: torch.Tensor) -> torch.Tensor:
         self._crop(self.position)
@@ -93,7 +100,7 @@ class PairSession:
     """A target and a draft session on one prompt; `nfe` counts target passes (the expensive model)."""
 
     target: ContinuousSession
-    draft: ContinuousSession
+    draft: ContinuousSession | None
 
     @property
     def nfe(self) -> int:
@@ -113,7 +120,7 @@ class ContinuousPair(Protocol):
     device: torch.device
     reference_generate: None
 
-    def session(self, prompt: str, guidance_scale: float) -> PairSession: ...
+    def session(self, prompt: str, guidance_scale: float, seed: int = 0) -> PairSession: ...
 
     def decode(self, vectors: torch.Tensor | list) -> Image.Image: ...
 

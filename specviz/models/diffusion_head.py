@@ -88,9 +88,9 @@ def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -
 class AdaLNBlock(nn.Module):
     """A residual MLP block whose layer norm is shifted, scaled and gated by the condition."""
 
-    def __init__(self, width: int):
+    def __init__(self, width: int, affine_norm: bool = False):
         super().__init__()
-        self.norm = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
+        self.norm = nn.LayerNorm(width, elementwise_affine=affine_norm, eps=1e-6)
         self.mlp = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width))
         self.modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 3 * width))
 
@@ -100,15 +100,25 @@ class AdaLNBlock(nn.Module):
 
 
 class DenoiserMLP(nn.Module):
-    """MAR's SimpleMLPAdaLN, small: (x_t, t, z) -> epsilon and the variance interpolation v, per coordinate."""
+    """MAR's SimpleMLPAdaLN: (x_t, t, z) -> epsilon and the variance interpolation v, per coordinate.
+    MAR's own sizes: `frequency_dim` 256 and `affine_norm` (its blocks' layer norms have weights); the
+    embedded pair was trained with 128 and none."""
 
-    def __init__(self, token_dim: int, cond_dim: int, width: int, blocks: int, frequency_dim: int = 128):
+    def __init__(
+        self,
+        token_dim: int,
+        cond_dim: int,
+        width: int,
+        blocks: int,
+        frequency_dim: int = 128,
+        affine_norm: bool = False,
+    ):
         super().__init__()
         self.frequency_dim = frequency_dim
         self.time_embed = nn.Sequential(nn.Linear(frequency_dim, width), nn.SiLU(), nn.Linear(width, width))
         self.cond_embed = nn.Linear(cond_dim, width)
         self.input_proj = nn.Linear(token_dim, width)
-        self.blocks = nn.ModuleList(AdaLNBlock(width) for _ in range(blocks))
+        self.blocks = nn.ModuleList(AdaLNBlock(width, affine_norm) for _ in range(blocks))
         self.final_norm = nn.LayerNorm(width, elementwise_affine=False, eps=1e-6)
         self.final_modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 2 * width))
         self.output = nn.Linear(width, 2 * token_dim)
@@ -130,6 +140,14 @@ class DenoiserMLP(nn.Module):
         shift, scale = self.final_modulation(y).chunk(2, dim=-1)
         eps, v = self.output(self.final_norm(h) * (1 + scale) + shift).chunk(2, dim=-1)
         return eps, v
+
+
+Guidance = float | torch.Tensor  # one classifier-free guidance scale, or one per token (n,)
+
+
+def per_row(guidance: Guidance) -> float | torch.Tensor:
+    """A guidance scale ready to multiply (n, d) rows: a tensor of scales as a column."""
+    return guidance[:, None] if isinstance(guidance, torch.Tensor) else guidance
 
 
 def gaussian_log_density(x: torch.Tensor, mean: torch.Tensor, log_var: torch.Tensor) -> torch.Tensor:
@@ -166,7 +184,8 @@ class DiffusionHead:
     """Sampling and density evaluation of a trained DenoiserMLP under a schedule of `steps` steps.
 
     Conditions are (n, G, H): G = 1, or G = 2 rows (conditional, unconditional) mixed with
-    `guidance` as classifier-free guidance. Every computation runs in float32.
+    `guidance` as classifier-free guidance: one scale, or one per token (n,) where the scale follows
+    a schedule over the positions (MAR's linear schedule). Every computation runs in float32.
     """
 
     def __init__(self, network: DenoiserMLP, steps: int, x0_limit: float = X0_LIMIT):
@@ -189,7 +208,7 @@ class DiffusionHead:
         return self.schedule.count
 
     def _transition(
-        self, x: torch.Tensor, k: int, embedded: torch.Tensor, guidance: float, temperature: float
+        self, x: torch.Tensor, k: int, embedded: torch.Tensor, guidance: Guidance, temperature: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and log variance (n, d) of sampling step k (0 is the noisiest) at states x (n, d), the
         conditions already embedded (n, G, width): they stay the same at every step."""
@@ -197,14 +216,14 @@ class DiffusionHead:
         y = (embedded + self._time_table[k]).reshape(n * rows, -1)
         eps, v = self.network.denoise(x.repeat_interleave(rows, 0) if rows > 1 else x, y)
         eps, v = eps.float().view(n, rows, -1), v.float().view(n, rows, -1)
-        mixed = eps[:, 1] + guidance * (eps[:, 0] - eps[:, 1]) if rows == 2 else eps[:, 0]
+        mixed = eps[:, 1] + per_row(guidance) * (eps[:, 0] - eps[:, 1]) if rows == 2 else eps[:, 0]
         x0 = ((x - self._sqrt_1mab[k] * mixed) / self._sqrt_ab[k]).clamp(-self.x0_limit, self.x0_limit)
         mean = self._coef_x0[k] * x0 + self._coef_xt[k] * x
         fraction = (v[:, 0] + 1) / 2
         log_var = fraction * self._log_beta[k] + (1 - fraction) * self._log_posterior[k]
         return mean, log_var + 2 * math.log(max(temperature, 1e-6))
 
-    def sample(self, conditions: torch.Tensor, noise: torch.Tensor, guidance: float, temperature: float) -> Path:
+    def sample(self, conditions: torch.Tensor, noise: torch.Tensor, guidance: Guidance, temperature: float) -> Path:
         """Denoise n tokens from `noise` (n, S + 1, d): noise[:, 0] is x_T, noise[:, k + 1] the
         standard normal draw of step k. The same noise in two heads gives aligned trajectories."""
         x = noise[:, 0].float()
@@ -218,7 +237,7 @@ class DiffusionHead:
             log_vars.append(log_var)
         return Path(torch.stack(states, 1), torch.stack(means, 1), torch.stack(log_vars, 1))
 
-    def along(self, conditions: torch.Tensor, states: torch.Tensor, guidance: float, temperature: float) -> Path:
+    def along(self, conditions: torch.Tensor, states: torch.Tensor, guidance: Guidance, temperature: float) -> Path:
         """This head's transitions evaluated along given trajectories `states` (n, S + 1, d): all
         steps in one batched network call, since every step's input state is known."""
         n, _, d = states.shape
@@ -228,7 +247,9 @@ class DiffusionHead:
         embedded = self.network.cond_embed(conditions)[:, None] + self._time_table[None, :, None]  # (n, S, G, w)
         eps, v = self.network.denoise(x.repeat_interleave(rows, 0), embedded.reshape(n * steps * rows, -1))
         eps, v = eps.float().view(n * steps, rows, d), v.float().view(n * steps, rows, d)
-        mixed = eps[:, 1] + guidance * (eps[:, 0] - eps[:, 1]) if rows == 2 else eps[:, 0]
+        if isinstance(guidance, torch.Tensor):
+            guidance = guidance.repeat_interleave(steps)
+        mixed = eps[:, 1] + per_row(guidance) * (eps[:, 0] - eps[:, 1]) if rows == 2 else eps[:, 0]
         k = torch.arange(steps).repeat(n)
         col = lambda values: values[k][:, None].to(states.device)  # noqa: E731
         x0 = ((x - col(self._sqrt_1mab) * mixed) / col(self._sqrt_ab)).clamp(-self.x0_limit, self.x0_limit)

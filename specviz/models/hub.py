@@ -171,6 +171,34 @@ def load_pretrained(
     return model.to(device).eval().requires_grad_(False), processor
 
 
+def read_checkpoint(
+    name: str, path: Path, prefer: tuple[str, ...] = ("model", "module", "state_dict")
+) -> dict[str, torch.Tensor]:
+    """The state dict of a training checkpoint (its first entry of `prefer` that holds one: MAR prefers
+    "model_ema"), loaded without running pickled code."""
+    import argparse
+
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path))
+        # training checkpoints may also hold their argparse arguments: allow that one plain class
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise ModelUnavailable(
+            f"{name}: cannot read {path} safely ({str(error).splitlines()[0]}); it must be a torch.save'd dict "
+            "of tensors (weights_only) or a safetensors file"
+        ) from error
+    for key in prefer:
+        if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
+            return checkpoint[key]
+    if isinstance(checkpoint, dict) and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
+        return checkpoint  # a bare state dict (FSDP exports)
+    raise ModelUnavailable(f"{name}: {path} holds no state dict (looked for {', '.join(prefer)})")
+
+
 def normalisation(processor) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean, std) per channel the image processor normalises with; 0.5 when there is none."""
     image_processor = getattr(processor, "image_processor", None)

@@ -42,6 +42,7 @@ from transformers import DynamicCache
 
 from specviz.models import hub
 from specviz.models.errors import ModelUnavailable
+from specviz.models.imagenet import parse_class
 from specviz.models.llamagen_vq import VQDecoder, VQDecoderConfig
 from specviz.models.protocol import Geometry
 from specviz.models.session import CachedSession, PromptRows
@@ -64,29 +65,6 @@ RELEASE_SAMPLING = {
     "t2i": SamplingSettings(temperature=1.0, top_k=1000, top_p=1.0, guidance_scale=7.5),
 }
 HEADS_BY_WIDTH = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2560: 40, 2048: 32, 3200: 32, 4096: 32}
-
-# a few ImageNet-1k classes by name (LlamaGen's demo classes among them); any index 0-999 also works
-IMAGENET_CLASSES = {
-    "goldfish": 1,
-    "ostrich": 9,
-    "macaw": 88,
-    "flamingo": 130,
-    "golden retriever": 207,
-    "arctic fox": 279,
-    "tabby cat": 281,
-    "lion": 291,
-    "otter": 360,
-    "lesser panda": 387,
-    "red panda": 387,
-    "giant panda": 388,
-    "balloon": 417,
-    "space shuttle": 812,
-    "cheeseburger": 933,
-    "geyser": 974,
-    "valley": 979,
-    "volcano": 980,
-    "daisy": 985,
-}
 
 
 @dataclass(frozen=True)
@@ -336,24 +314,6 @@ def condition_mask(key_valid: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------- adapter
 
 
-def parse_class(prompt: str, num_classes: int) -> int:
-    """An ImageNet class index ("207") or one of the few names in IMAGENET_CLASSES."""
-    text = prompt.strip().lower()
-    if re.fullmatch(r"\d+", text):
-        index = int(text)
-    elif text in IMAGENET_CLASSES:
-        index = IMAGENET_CLASSES[text]
-    else:
-        names = ", ".join(sorted(IMAGENET_CLASSES)[:6])
-        raise ValueError(
-            f"llamagen-c2i: the prompt must be an ImageNet class index 0-{num_classes - 1} (for example 207, "
-            f"golden retriever) or one of the names {names}, ...; got {prompt!r}"
-        )
-    if not 0 <= index < num_classes:
-        raise ValueError(f"llamagen-c2i: class index {index} is out of range 0-{num_classes - 1}")
-    return index
-
-
 class LlamaGenModel:
     """A LlamaGen GPT and its VQ decoder behind the protocol; t2i models also hold a T5 encoder."""
 
@@ -401,7 +361,7 @@ class LlamaGenModel:
         guided = guidance_scale != 1.0
         embedder = self.gpt.cls_embedding
         if not self.t2i:
-            label = parse_class(prompt, self.gpt.config.num_classes)
+            label = parse_class(prompt, self.gpt.config.num_classes, "llamagen-c2i")
             labels = [label, self.gpt.config.num_classes] if guided else [label]
             return embedder(torch.tensor(labels, device=self.device)), None
         features, valid = self.caption_features(prompt)
@@ -464,7 +424,7 @@ class LlamaGenModel:
         hub.check_device(name, device)
         gpt_path, vq_path = checkpoint_paths(name, weights, variant)
         dtype = hub.default_dtype(device)
-        gpt_state, vq_state = read_checkpoint(name, gpt_path), read_checkpoint(name, vq_path)
+        gpt_state, vq_state = hub.read_checkpoint(name, gpt_path), hub.read_checkpoint(name, vq_path)
         try:
             vq_config = VQDecoderConfig.from_state_dict(vq_state)
             block_size = (image_size_from_name(gpt_path.name, 256) // vq_config.downsampling) ** 2
@@ -499,31 +459,6 @@ def image_size_from_name(filename: str, default: int) -> int:
     """256 for c2i_L_256.pt, 512 for t2i_XL_stage2_512.pt; `default` when the name does not say."""
     match = re.search(r"_(\d+)\.(pt|pth|safetensors)$", filename)
     return int(match.group(1)) if match else default
-
-
-def read_checkpoint(name: str, path: Path) -> dict[str, torch.Tensor]:
-    """The state dict of a LlamaGen checkpoint, loaded without running pickled code."""
-    import argparse
-
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            return load_file(str(path))
-        # training checkpoints may also hold their argparse arguments: allow that one plain class
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise ModelUnavailable(
-            f"{name}: cannot read {path} safely ({str(error).splitlines()[0]}); it must be a torch.save'd dict "
-            "of tensors (weights_only) or a safetensors file"
-        ) from error
-    for key in ("model", "module", "state_dict"):
-        if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
-            return checkpoint[key]
-    if isinstance(checkpoint, dict) and all(isinstance(v, torch.Tensor) for v in checkpoint.values()):
-        return checkpoint  # a bare state dict (FSDP exports)
-    raise ModelUnavailable(f"{name}: {path} holds no 'model' state dict")
 
 
 def checkpoint_paths(name: str, weights, variant: str) -> tuple[Path, Path]:

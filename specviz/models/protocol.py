@@ -25,12 +25,15 @@ class Geometry:
 
     `vocab_size` is the size of the token space methods sample in (image codes, plus layout tokens
     where the family has them). `layout[i]` is IMAGE_CELL or the token forced at position i.
+    `order[i]`, where given, is the raster cell of position i: a model that generates the grid in a
+    random order (MAR) draws one per image, so its sessions carry their own geometry.
     """
 
     rows: int
     cols: int
     vocab_size: int
     layout: tuple[int, ...]
+    order: tuple[int, ...] | None = None
 
     @classmethod
     def plain_grid(cls, rows: int, cols: int, vocab_size: int) -> Geometry:
@@ -42,6 +45,8 @@ class Geometry:
 
     def cell_of_position(self) -> list[int]:
         """Raster grid cell of each sequence position, or -1 for a layout slot."""
+        if self.order is not None:
+            return list(self.order)
         cells, next_cell = [], 0
         for entry in self.layout:
             if entry == IMAGE_CELL:
@@ -133,3 +138,9 @@ class ImageModel(Protocol):
     def decode(self, tokens: list[int] | torch.Tensor) -> Image.Image:
         """Pixels of a possibly partial token sequence; cells not yet generated are left blank."""
         ...
+
+
+def decode_in_order(model: ImageModel, tokens: list | torch.Tensor, order: Sequence[int] | None) -> Image.Image:
+    """`model.decode` of tokens generated in a given cell order (a random-order model's run); a
+    raster run has none, and every model decodes it."""
+    return model.decode(tokens) if order is None else model.decode(tokens, order=order)

@@ -25,6 +25,15 @@ class ModelEntry:
     known_prompts: Callable[[], list[str]] = list
     # tokens are vectors sampled by a diffusion head (a draft/target pair): methods for continuous tokens
     continuous: bool = False
+    # the draft models `--draft` may name (a continuous pair whose draft is chosen at load)
+    drafts: tuple[str, ...] = ()
+    # a continuous pair loaded with a draft model (the speculative methods need one)
+    has_draft: bool = False
+
+    @property
+    def class_conditional(self) -> bool:
+        """Its prompts are ImageNet classes (an index or a name), not free text."""
+        return self.known_prompts is _class_names
 
 
 def _tiny_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
@@ -74,6 +83,39 @@ def _tiny_continuous_sampling() -> SamplingSettings:
     from specviz.models.tiny_continuous.adapter import read_sampling
 
     return read_sampling()
+
+
+def _mar_load(name: str) -> Callable[..., ImageModel]:
+    def load(weights: str | None = None, device: str = "cpu", draft: str | None = "default") -> ImageModel:
+        from specviz.models.mar.adapter import MarPair
+
+        return MarPair.load(name, weights, device, draft)
+
+    return load
+
+
+def _mar_offline(name: str) -> Callable[[], str | None]:
+    def offline() -> str | None:
+        from specviz.models.mar.adapter import offline_reason
+
+        return offline_reason(name)
+
+    return offline
+
+
+def _mar_sampling(name: str) -> Callable[[], SamplingSettings]:
+    def sampling() -> SamplingSettings:
+        from specviz.models.mar.adapter import release_sampling
+
+        return release_sampling(name)
+
+    return sampling
+
+
+def _class_names() -> list[str]:
+    from specviz.models.imagenet import class_label, class_names
+
+    return [class_label(index) for index in range(len(class_names()))]
 
 
 def _janus_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
@@ -195,6 +237,7 @@ MODELS: dict[str, ModelEntry] = {
         _tiny_continuous_sampling,
         _tiny_known_prompts,
         continuous=True,
+        has_draft=True,
     ),
     "janus-pro": ModelEntry(
         "janus-pro",
@@ -236,6 +279,7 @@ MODELS: dict[str, ModelEntry] = {
         _llamagen_load("c2i"),
         _llamagen_offline("c2i"),
         _llamagen_sampling("c2i"),
+        _class_names,
     ),
     "llamagen-t2i": ModelEntry(
         "llamagen-t2i",
@@ -244,6 +288,41 @@ MODELS: dict[str, ModelEntry] = {
         _llamagen_load("t2i"),
         _llamagen_offline("t2i"),
         _llamagen_sampling("t2i"),
+    ),
+    "mar-b": ModelEntry(
+        "mar-b",
+        "MAR-B class-conditional ImageNet (208M; continuous tokens: 16x16 grid of KL-16 latents, 16 numbers each, "
+        "a diffusion MLP head, random generation order), 256 px; prompt = class index or name; no draft (ar only); "
+        "weights: mar-base.safetensors + kl16.safetensors of jadechoghari/mar",
+        _mar_load("mar-b"),
+        _mar_offline("mar-b"),
+        _mar_sampling("mar-b"),
+        _class_names,
+        continuous=True,
+    ),
+    "mar-l": ModelEntry(
+        "mar-l",
+        "MAR-L class-conditional ImageNet (479M) with MAR-B drafting (CSpD's pair; --draft none for none), 256 px; "
+        "weights: mar-large.safetensors, mar-base.safetensors, kl16.safetensors of jadechoghari/mar",
+        _mar_load("mar-l"),
+        _mar_offline("mar-l"),
+        _mar_sampling("mar-l"),
+        _class_names,
+        continuous=True,
+        drafts=("mar-b",),
+        has_draft=True,
+    ),
+    "mar-h": ModelEntry(
+        "mar-h",
+        "MAR-H class-conditional ImageNet (943M) with MAR-B drafting (--draft mar-l or none), 256 px; weights: "
+        "mar-huge.safetensors, the draft's, kl16.safetensors of jadechoghari/mar; a GPU recommended",
+        _mar_load("mar-h"),
+        _mar_offline("mar-h"),
+        _mar_sampling("mar-h"),
+        _class_names,
+        continuous=True,
+        drafts=("mar-b", "mar-l"),
+        has_draft=True,
     ),
 }
 
@@ -254,10 +333,18 @@ def get_entry(name: str) -> ModelEntry:
     return MODELS[name]
 
 
-def load_model(name: str, weights: str | None = None, device: str = "cpu") -> ImageModel:
-    """Load a registered model; raises UnknownModel or ModelUnavailable with a clear message."""
+def load_model(name: str, weights: str | None = None, device: str = "cpu", draft: str | None = None) -> ImageModel:
+    """Load a registered model (a continuous pair with the draft `draft` names, "none" for none, where it
+    takes one); raises UnknownModel or ModelUnavailable with a clear message."""
     entry = get_entry(name)
+    options = {}
+    if draft is not None:
+        if not entry.drafts:
+            raise ModelUnavailable(f"{name} takes no --draft (only mar-l and mar-h choose their draft model)")
+        if draft != "none" and draft not in entry.drafts:
+            raise ModelUnavailable(f"{name}: the draft model can be {', '.join(entry.drafts)} or none, not {draft!r}")
+        options["draft"] = None if draft == "none" else draft
     try:
-        return entry.load(weights=weights, device=device)
+        return entry.load(weights=weights, device=device, **options)
     except torch.OutOfMemoryError as error:
         raise ModelUnavailable(f"{name}: out of memory while loading on {device} ({error})") from error

@@ -130,6 +130,8 @@ def tokens_through(trace: Trace, j: int) -> list[int] | list[list[float]]:
 
 def cell_of_position(trace: Trace) -> np.ndarray:
     """Grid cell of every sequence position (-1 for a layout slot), to place positions on the grid."""
+    if trace.geometry.order is not None:
+        return np.asarray(trace.geometry.order)
     is_cell = np.asarray(trace.geometry.layout) == -1
     return np.where(is_cell, np.cumsum(is_cell) - 1, -1)
 

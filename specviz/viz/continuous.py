@@ -69,6 +69,9 @@ def token_source_figure(trace: Trace, j: int | None = None, dark: bool = False, 
         colour = _colour(SOURCES[key][1], dark)
         scale += [[k / len(keys), colour], [(k + 1) / len(keys), colour]]
     labels = np.vectorize(lambda k: SOURCES[keys[int(k)]][0], otypes=[object])(grid)
+    # a random-order model (MAR): each cell carries its place in the generation order
+    ordered = trace.geometry.order is not None
+    steps = _on_grid(trace, np.arange(len(sources)), -1) if ordered else None
     fig = go.Figure(
         go.Heatmap(
             z=grid,
@@ -77,7 +80,12 @@ def token_source_figure(trace: Trace, j: int | None = None, dark: bool = False, 
             colorscale=scale,
             showscale=False,
             customdata=labels,
-            hovertemplate="row %{y}, column %{x}: %{customdata}<extra></extra>",
+            text=steps,
+            texttemplate="%{text}" if ordered else None,
+            textfont={"size": 9},
+            hovertemplate="row %{y}, column %{x}: %{customdata}"
+            + (", generated at step %{text}" if ordered else "")
+            + "<extra></extra>",
             xgap=1,
             ygap=1,
         )
@@ -99,7 +107,8 @@ def token_source_figure(trace: Trace, j: int | None = None, dark: bool = False, 
     fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0.5, "xanchor": "center"})
     drafted = [f for it in trace.iterations for f in it.continuous.fate if f != "discarded"]
     rate = f", {drafted.count('accepted') / len(drafted):.0%} of tested drafts accepted" if drafted else ""
-    return _finish(fig, f"{trace.method}: {title}{rate}", 620, dark, large)
+    order = " (numbers: the generation order)" if ordered else ""
+    return _finish(fig, f"{trace.method}: {title}{rate}{order}", 620, dark, large)
 
 
 def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -> go.Figure:

@@ -11,7 +11,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from specviz.decoding import run
-from specviz.models.protocol import ImageModel
+from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.models.tiny.adapter import ASSETS, TinyModel
 
 TRAINING_CAPTIONS = [
@@ -36,9 +36,8 @@ def sample_grid(
         row, slot = divmod(index, per_row)
         for seed in range(seeds):
             trace = run(model, method, prompt, seed, params=params)
-            image = model.decode(trace.vectors if trace.continuous else trace.tokens).resize(
-                (cell, cell), Image.NEAREST
-            )
+            image = decode_in_order(model, trace.vectors if trace.continuous else trace.tokens, trace.geometry.order)
+            image = image.resize((cell, cell), Image.NEAREST)
             x, y = (slot * seeds + seed) * cell, row * (cell + label_height)
             grid.paste(image, (x, y + label_height))
             if seed == 0:

@@ -143,7 +143,8 @@ class TinyContinuousModel:
         return cls(networks["target"], networks["draft"], projection, torch.device(device), read_sampling(folder))
 
     @torch.inference_mode()
-    def session(self, prompt: str, guidance_scale: float) -> PairSession:
+    def session(self, prompt: str, guidance_scale: float, seed: int = 0) -> PairSession:
+        """Both models on one prompt; the grid is drawn in raster order, whatever the seed."""
         text = shared_text_encoder()([prompt]).to(self.device)
         return PairSession(
             CachedContinuousSession(self.target, self.target_head, self.geometry, text, guidance_scale),

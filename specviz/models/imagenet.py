@@ -1,0 +1,52 @@
+"""ImageNet-1k class labels, the prompts of class-conditional models (LlamaGen c2i, MAR).
+
+`data/imagenet_classes.txt` holds the 1,000 classes in index order, each line the WordNet lemmas of
+its synset (as timm's `imagenet_synset_to_lemma.txt` lists them), so "golden retriever" is 207 and
+"red panda" or "lesser panda" is 387. A prompt is an index or any one of those names; a name two
+classes share ("crane") goes to the first.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+CLASS_FILE = Path(__file__).resolve().parents[1] / "data" / "imagenet_classes.txt"
+
+
+@cache
+def class_names() -> tuple[str, ...]:
+    """The 1,000 class descriptions in index order ("golden retriever" at 207)."""
+    return tuple(CLASS_FILE.read_text(encoding="utf-8").splitlines())
+
+
+@cache
+def _index_of_name() -> dict[str, int]:
+    index: dict[str, int] = {}
+    for i, line in enumerate(class_names()):
+        for name in line.split(","):
+            index.setdefault(name.strip().lower(), i)
+    return index
+
+
+def class_label(index: int) -> str:
+    """The first name of a class, for titles: 207 -> "golden retriever"."""
+    return class_names()[index].split(",")[0]
+
+
+def parse_class(prompt: str, num_classes: int, model: str = "a class-conditional model") -> int:
+    """An ImageNet class index ("207") or a class name ("golden retriever", "Golden Retriever")."""
+    text = " ".join(prompt.strip().lower().split())
+    if re.fullmatch(r"\d+", text):
+        index = int(text)
+    elif text in _index_of_name():
+        index = _index_of_name()[text]
+    else:
+        raise ValueError(
+            f"{model}: the prompt must be an ImageNet class index 0-{num_classes - 1} or a class name (for "
+            f"example 207 or golden retriever, 88 or macaw); got {prompt!r}"
+        )
+    if not 0 <= index < num_classes:
+        raise ValueError(f"{model}: class index {index} is out of range 0-{num_classes - 1}")
+    return index

@@ -1,0 +1,1 @@
+"""MAR, the continuous-token models of the CSpD paper: network, KL-16 decoder and the pair adapter."""
