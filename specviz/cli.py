@@ -25,6 +25,7 @@ from specviz.inputs import (
 )
 from specviz.lossless import TOYS, check_lossless
 from specviz.models.errors import ModelUnavailable, UnknownModel
+from specviz.models.imagenet import EXAMPLE_CLASSES
 from specviz.models.protocol import UnsupportedMethod, decode_in_order
 from specviz.models.registry import MODELS, get_entry, load_model
 from specviz.models.settings import SamplingSettings, SettingsError
@@ -146,6 +147,8 @@ def command_run(args: argparse.Namespace) -> int:
     out = check_output_folder(args.out, _run_files(args.method))
     _check_run_inputs(args, [args.method])
     METHODS[args.method].resolve(_method_params(args))  # a parameter this method does not take is an error
+    if args.class_label is not None and not get_entry(args.model).class_conditional:
+        raise UsageError(f"--class is for class-conditional models (llamagen-c2i, mar-*); {args.model} takes --prompt")
     prompt, seed = check_prompt(args.prompt if args.class_label is None else args.class_label), check_seed(args.seed)
     model = load_model(args.model, args.weights, args.device, args.draft)
     sampling = _sampling(args, model.default_sampling)
@@ -247,7 +250,8 @@ def command_bench_cspd(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be from 1 to {MAX_BENCH_SEEDS}")
     if get_entry(args.model).continuous is False:
         raise UsageError(f"bench-cspd needs a continuous-token pair; {args.model} has discrete tokens")
-    prompts = [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
+    classes = args.prompts is None and get_entry(args.model).class_conditional  # text prompts would not parse
+    prompts = list(EXAMPLE_CLASSES) if classes else [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
     model = load_model(args.model, args.weights, args.device, args.draft)
     sampling = _sampling(args, model.default_sampling)
     report = sweep(model, prompts, list(range(args.seeds)), sampling, gammas, prefills)
@@ -302,7 +306,8 @@ def _load_trace(path: str) -> Trace:
 
 def _image_decoder(traces: list[Trace]) -> Callable[[Trace, list[int]], Image.Image]:
     """Decodes a trace's tokens with the trace's own model; the models load now, before any drawing."""
-    models = {name: load_model(name, None, "cpu") for name in dict.fromkeys(trace.model for trace in traces)}
+    names = dict.fromkeys(trace.model for trace in traces)  # a pair's draft is not needed to draw
+    models = {name: load_model(name, None, "cpu", "none" if get_entry(name).drafts else None) for name in names}
     return lambda trace, tokens: decode_in_order(models[trace.model], tokens, trace.geometry.order)
 
 

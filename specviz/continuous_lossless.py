@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.decoding.registry import get_method
-from specviz.models.continuous import ContinuousPair, ContinuousSession, PairSession
+from specviz.models.continuous import ContinuousPair, ContinuousSession, PairSession, sample_noise
 from specviz.models.diffusion_head import DenoiserMLP, DiffusionHead
 from specviz.models.protocol import Geometry
 from specviz.models.settings import SamplingSettings
@@ -195,7 +195,7 @@ def check_continuous(method: str, samples: int = 2000, seed: int = 0, params: di
     generator = torch.Generator().manual_seed(seed)
     produced, resolved = method_samples(toy, method, params or {}, samples, generator)
     reference = toy.target_samples(samples, torch.Generator().manual_seed(seed + 1))
-    energy, p_value = energy_test(produced, reference, torch.Generator().manual_seed(seed + 2))
+    energy, p_value = energy_test(produced.cpu(), reference.cpu(), torch.Generator().manual_seed(seed + 2))
     acceptance = measured_acceptance(toy, method, resolved, generator)
     return ContinuousReport(method, resolved, samples, energy, p_value, acceptance)
 
@@ -230,8 +230,8 @@ def token_check(
         raise ValueError(f"token_check verifies drafts of {', '.join(rules)}, not {method}")
     spec = get_method(method)
     params, sampling = spec.resolve({}), model.default_sampling
-    generator = torch.Generator().manual_seed(seed)
-    pair = model.session(prompt, sampling.guidance_scale)
+    generator = torch.Generator(device=model.device).manual_seed(seed)
+    pair = model.session(prompt, sampling.guidance_scale, seed=seed)
     with torch.inference_mode():
         prefix = torch.cat([token for _, token in alone(pair.target, sampling, generator, "target", stop=position)])
         for session in (pair.target, pair.draft):
@@ -240,13 +240,14 @@ def token_check(
             session.commit(len(prefix))
         target_condition = pair.target.next_condition.expand(samples, -1, -1)
         draft_condition = pair.draft.next_condition.expand(samples, -1, -1)
-        noise = torch.randn(samples, pair.draft.head.steps + 1, model.token_dim, generator=generator)
+        noise = sample_noise(samples, pair.draft.head, model.token_dim, generator)
         at = torch.full((samples,), position)
         q = draw(pair.draft, draft_condition, noise, sampling, at)
         verdict = rules[method](pair, sampling, generator, params, draft_condition, q, target_condition, noise, at)
-        accepted = torch.rand(samples, generator=generator) <= torch.exp(verdict.log_ratio.clamp(max=0.0))
+        uniform = torch.rand(samples, generator=generator, device=generator.device)
+        accepted = uniform <= torch.exp(verdict.log_ratio.clamp(max=0.0))
         produced = torch.stack([q.tokens[i] if accepted[i] else verdict.resample(i)[0] for i in range(samples)])
         reference = draw_fresh(pair.target, target_condition, sampling, generator, at).tokens
-    energy, p_value = energy_test(produced, reference, torch.Generator().manual_seed(seed + 2))
+    energy, p_value = energy_test(produced.cpu(), reference.cpu(), torch.Generator().manual_seed(seed + 2))
     label = {"prompt": prompt, "position": position}
     return ContinuousReport(method, label, samples, energy, p_value, float(accepted.float().mean()))

@@ -6,6 +6,7 @@ own runs in `gr.State`, so concurrent users never see each other's traces.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -32,6 +33,7 @@ from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import ImageModel, UnsupportedMethod, decode_in_order
 from specviz.models.registry import MODELS, get_entry, load_model
 from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.presets import PRESET_BY_KEY, PRESETS
 from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError
 from specviz.viz.frames import ExportError
 from specviz.viz.publication import FORMATS, write_figures
@@ -527,6 +529,28 @@ def method_updates(name: str, values: dict | None = None) -> tuple:
     return (*shown, gr.update(value=note, visible=bool(note)))
 
 
+def preset_controls(key: str) -> tuple:
+    """Every control a preset sets (in `preset_outputs` order: model, method, method controls, lossy
+    note, prompt, seed, sampling, Compare's selection, the known names, the explanation)."""
+    preset = PRESET_BY_KEY[key]
+    names = methods_for(preset.model)
+    sampling = get_entry(preset.model).sampling()
+    if preset.temperature is not None:
+        sampling = dataclasses.replace(sampling, temperature=preset.temperature)
+    compared = list(preset.compare) or [n for n in COMPARED if n in names] or [preset.method]
+    return (
+        gr.update(value=preset.model),
+        gr.update(choices=[(method_label(n), n) for n in names], value=preset.method),
+        *method_updates(preset.method, preset.params),
+        gr.update(value=preset.prompt),
+        gr.update(value=preset.seed),
+        *sampling_updates(sampling),
+        gr.update(choices=names, value=compared),
+        known_prompts_of(preset.model),
+        gr.update(value=preset.explanation),
+    )
+
+
 def opened_at(trace: Trace) -> dict:
     """The iteration slider for a new run: its range, at the iteration Inspect opens on
     (`viz.opening_iteration`)."""
@@ -733,6 +757,11 @@ def build() -> gr.Blocks:
             f"recorded. Colours (colour-blind safe): {viz.swatches()}.",
             elem_id="specviz-header",
         )
+        with gr.Row(elem_id="presets", equal_height=True):  # one press sets everything and races
+            gr.Markdown("**Presets**: the papers' findings, live", elem_id="presets-title")
+            preset_buttons = {
+                p.key: gr.Button(p.label, size="sm", min_width=100, elem_id=f"preset-{p.key}") for p in PRESETS
+            }
         with gr.Row():
             with gr.Column(scale=1, min_width=300):
                 model = gr.Dropdown(model_choices(), value="tiny", label="Model")
@@ -778,6 +807,7 @@ def build() -> gr.Blocks:
                             ar_image = gr.Image(label="Vanilla AR", height=DISPLAY_SIZE, format="png")
                             ar_counter = gr.Markdown(elem_id="ar-counter")
                     summary = gr.Markdown(elem_id="race-summary")
+                    preset_note = gr.Markdown(elem_id="preset-note")  # what the pressed preset shows
                 with gr.Tab("Inspect"):
                     with gr.Row():
                         iteration = gr.Slider(0, 1, value=0, step=1, label="Iteration")
@@ -902,14 +932,22 @@ def build() -> gr.Blocks:
             )
 
         race_inputs = [model, method, prompt, seed, *method_controls, *sampling_inputs]
-        race_event = run_button.click(
-            race,
-            race_inputs,
-            [method_image, method_counter, ar_image, ar_counter, summary, runs, iteration, downloads],
-            concurrency_limit=1,
-            concurrency_id="gpu",
-            show_progress="hidden",  # the images and counters are the progress; a spinner only costs CPU
-        )
+        race_outputs = [method_image, method_counter, ar_image, ar_counter, summary, runs, iteration, downloads]
+        race_options = {
+            "concurrency_limit": 1,
+            "concurrency_id": "gpu",
+            "show_progress": "hidden",  # the images and counters are the progress; a spinner only costs CPU
+        }
+        race_event = run_button.click(race, race_inputs, race_outputs, **race_options)
+        run_button.click(lambda: "", None, preset_note, queue=False)  # a run of one's own: no preset's story
+        preset_outputs = [model, method, *method_controls, lossy_note, prompt, seed, *sampling_inputs]
+        preset_outputs += [compare_methods, known_names, preset_note]
+        preset_races = [
+            button.click(functools.partial(preset_controls, key), None, preset_outputs).then(
+                race, race_inputs, race_outputs, **race_options
+            )
+            for key, button in preset_buttons.items()
+        ]
 
         @user_errors
         def refresh(state: dict, j: float, kind: str, big: bool, night: bool):
@@ -919,7 +957,8 @@ def build() -> gr.Blocks:
 
         views = [window_plot, iteration_image, depth_plot, map_plot, length_plot, changed_plot, race_plot, shape_plot]
         view_inputs = [runs, iteration, map_kind, large, dark]
-        race_event.then(refresh, view_inputs, views)
+        for event in (race_event, *preset_races):
+            event.then(refresh, view_inputs, views)
         for control in (map_kind, large, dark):
             control.change(refresh, view_inputs, views)
 
@@ -991,7 +1030,7 @@ def build() -> gr.Blocks:
             stop,
             [summary, method_counter, ar_counter, compare_note],
             [summary, compare_note, timer],
-            cancels=[race_event, compare_event],
+            cancels=[race_event, *preset_races, compare_event],
         )
 
         @user_errors

@@ -74,3 +74,27 @@ def test_press_run_and_watch_the_race(server, browser):
     assert "step compression" in summary and re.search("latency speedup over AR|slower than AR", summary)
     assert len([n for n in seen if n < 256]) >= 2, f"the AR image should fill in over several frames, saw {seen}"
     assert first_frame is not None and first_frame < 5.0
+
+
+def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser):
+    """At a projector's 1280 x 720 the presets sit above the fold; one press fills the controls, says what
+    to watch and races."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.set_window_size(1280, 720)
+    browser.get(server)
+    button = WebDriverWait(browser, 60).until(expected_conditions.element_to_be_clickable((By.ID, "preset-stall")))
+    bottom = browser.execute_script("return arguments[0].getBoundingClientRect().bottom", button)
+    assert bottom <= browser.execute_script("return window.innerHeight"), "presets must show without scrolling"
+    button.click()
+    pressed = time.perf_counter()
+    while time.perf_counter() - pressed < 120 and "step compression" not in _text(browser, "race-summary"):
+        time.sleep(0.05)
+    assert "stall" in _text(browser, "preset-note").lower()
+    prompt = browser.find_element(By.CSS_SELECTOR, "textarea[data-testid='textbox']")
+    assert prompt.get_attribute("value") == "a red car"
+    assert "NFE 178" in _text(browser, "method-counter")  # the run the preset's paragraph describes
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS / "preset.png"))

@@ -10,12 +10,14 @@ import math
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from specviz.cli import main
 from specviz.decoding.runner import run
+from specviz.inputs import InputError
 from specviz.models.errors import ModelUnavailable
 from specviz.models.imagenet import class_label, parse_class
-from specviz.models.mar.adapter import MarPair, read_network
+from specviz.models.mar.adapter import MarPair, read_network, read_vae
 from specviz.models.mar.network import Mar, MarConfig, official_state_dict
 from specviz.models.mar.vae import LATENT_SCALE, KLDecoder
 from specviz.models.protocol import UnsupportedMethod, decode_in_order
@@ -190,11 +192,19 @@ def test_without_a_draft_only_the_target_runs(pair):
 def test_class_prompts_by_index_or_any_name():
     assert parse_class("207", 1000) == 207 and parse_class("  Golden  Retriever ", 1000) == 207
     assert parse_class("red panda", 1000) == parse_class("lesser panda", 1000) == 387
-    assert class_label(88) == "macaw"
-    with pytest.raises(ValueError, match="ImageNet class index 0-999 or a class name"):
+    assert class_label(88) == "macaw" and class_label(517) == "crane (517)"  # 134, the bird, is "crane"
+    assert all(parse_class(class_label(index), 1000) == index for index in range(1000))  # the app's list
+    with pytest.raises(InputError, match="ImageNet class index 0-999 or a class name"):
         parse_class("a photo of a dog", 1000, "mar-l")
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(InputError, match="out of range"):
         parse_class("12", 10)
+
+
+def test_a_text_prompt_on_a_class_model_is_a_message(pair, capsys):
+    with pytest.raises(InputError, match="mar-l: the prompt must be an ImageNet class"):
+        run(pair, "ar", "a red car", 0)
+    assert main(["run", "--model", "tiny", "--class", "207", "--out", "/tmp/never"]) == 2
+    assert "--class is for class-conditional models" in capsys.readouterr().err
 
 
 def release_keys(config: MarConfig) -> list[str]:
@@ -258,6 +268,11 @@ def test_missing_weights_and_wrong_drafts_say_what_to_do(tmp_path):
         load_model("tiny", draft="mar-b")
     with pytest.raises(ModelUnavailable, match="mar-b or none, not 'mar-h'"):
         load_model("mar-l", str(tmp_path), draft="mar-h")
+    with pytest.raises(ModelUnavailable, match=r"holds none of mar-base\.safetensors"):
+        load_model("mar-b", str(tmp_path), draft="none")  # mar-b's only draft is none
+    save_file({"encoder.conv_in.weight": torch.zeros(1)}, str(tmp_path / "kl16.safetensors"))
+    with pytest.raises(ModelUnavailable, match="not MAR's KL-16 VAE"):
+        read_vae("mar-l", tmp_path / "kl16.safetensors")
 
 
 def test_models_lists_the_mar_family(capsys):

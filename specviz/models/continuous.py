@@ -15,7 +15,8 @@ evaluate densities through the model's `DiffusionHead` (`specviz.models.diffusio
 - `ContinuousPair`: a target and a draft model on the same tokens, the pair CSpD needs; its
   `session` opens both on one prompt (a random-order model draws its generation order from `seed`
   and puts it in the session's geometry), and `decode` turns (n, d) tokens into pixels (a partial
-  grid leaves the rest blank). A pair may have no draft (MAR-B, the smallest): then only the target's
+  grid leaves the rest blank; a random-order pair's `decode` also takes the `order` of its tokens'
+  cells, see `protocol.decode_in_order`). A pair may have no draft (MAR-B, the smallest): then only the target's
   own methods run.
 
 A continuous model's tokens have no ids: its geometry has a vocabulary of one (every position's id

@@ -62,6 +62,8 @@ class Schedule:
     @classmethod
     def respaced(cls, count: int, steps: int = TRAINING_STEPS) -> Schedule:
         full = cosine_alpha_bars(steps)
+        # improved DDPM's `space_timesteps` adds a float stride instead; the two agree at the step counts
+        # used here (25, MAR's 100) and may differ by one timestep at some others (21, 23, 27, ...)
         timesteps = torch.linspace(0, steps - 1, count).round().long().unique()
         alpha_bars = full[timesteps]
         previous = torch.cat([torch.ones(1, dtype=torch.float64), alpha_bars[:-1]])

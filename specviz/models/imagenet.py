@@ -3,7 +3,7 @@
 `data/imagenet_classes.txt` holds the 1,000 classes in index order, each line the WordNet lemmas of
 its synset (as timm's `imagenet_synset_to_lemma.txt` lists them), so "golden retriever" is 207 and
 "red panda" or "lesser panda" is 387. A prompt is an index or any one of those names; a name two
-classes share ("crane") goes to the first.
+classes share ("crane") goes to the first, and the other is offered as "crane (517)".
 """
 
 from __future__ import annotations
@@ -12,7 +12,11 @@ import re
 from functools import cache
 from pathlib import Path
 
+from specviz.inputs import InputError
+
 CLASS_FILE = Path(__file__).resolve().parents[1] / "data" / "imagenet_classes.txt"
+# the default prompts of a benchmark on a class-conditional model: golden retriever, macaw, volcano, goldfish
+EXAMPLE_CLASSES = ("207", "88", "980", "1")
 
 
 @cache
@@ -31,22 +35,28 @@ def _index_of_name() -> dict[str, int]:
 
 
 def class_label(index: int) -> str:
-    """The first name of a class, for titles: 207 -> "golden retriever"."""
-    return class_names()[index].split(",")[0]
+    """The first name of a class, for lists and titles: 207 -> "golden retriever"; a first name another
+    class had before carries its index, so it parses back to this class: 517 -> "crane (517)"."""
+    name = class_names()[index].split(",")[0].strip()
+    return name if _index_of_name()[name.lower()] == index else f"{name} ({index})"
 
 
 def parse_class(prompt: str, num_classes: int, model: str = "a class-conditional model") -> int:
-    """An ImageNet class index ("207") or a class name ("golden retriever", "Golden Retriever")."""
+    """An ImageNet class index ("207"), a class name ("golden retriever", "Golden Retriever"), or a
+    name with its index ("crane (517)", as `class_label` writes a shared name)."""
     text = " ".join(prompt.strip().lower().split())
+    labelled = re.fullmatch(r"(.*?)\s*\((\d+)\)", text)
+    if labelled:
+        text = labelled.group(2)
     if re.fullmatch(r"\d+", text):
         index = int(text)
     elif text in _index_of_name():
         index = _index_of_name()[text]
     else:
-        raise ValueError(
+        raise InputError(
             f"{model}: the prompt must be an ImageNet class index 0-{num_classes - 1} or a class name (for "
             f"example 207 or golden retriever, 88 or macaw); got {prompt!r}"
         )
     if not 0 <= index < num_classes:
-        raise ValueError(f"{model}: class index {index} is out of range 0-{num_classes - 1}")
+        raise InputError(f"{model}: class index {index} is out of range 0-{num_classes - 1}")
     return index

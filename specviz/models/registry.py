@@ -339,7 +339,8 @@ def load_model(name: str, weights: str | None = None, device: str = "cpu", draft
     entry = get_entry(name)
     options = {}
     if draft is not None:
-        if not entry.drafts:
+        optional = entry.drafts or (entry.continuous and not entry.has_draft)  # mar-b: "none" is its only draft
+        if not optional or (draft != "none" and not entry.drafts):
             raise ModelUnavailable(f"{name} takes no --draft (only mar-l and mar-h choose their draft model)")
         if draft != "none" and draft not in entry.drafts:
             raise ModelUnavailable(f"{name}: the draft model can be {', '.join(entry.drafts)} or none, not {draft!r}")

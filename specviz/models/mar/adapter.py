@@ -192,9 +192,7 @@ class MarPair:
         source = hub.resolve_weights(weights, ENV_VAR, HUB_ID)
         target = read_network(name, RELEASES[name], weight_file(name, source))
         draft_network = read_network(draft, RELEASES[draft], weight_file(draft, source)) if draft else None
-        vae = KLDecoder()
-        vae.load_state_dict(KLDecoder.decoder_state(hub.read_checkpoint(name, vae_file(name, source))))
-        return cls(name, target, draft_network, vae, device)
+        return cls(name, target, draft_network, read_vae(name, vae_file(name, source)), device)
 
 
 def read_network(name: str, config: MarConfig, path: Path) -> Mar:
@@ -207,6 +205,19 @@ def read_network(name: str, config: MarConfig, path: Path) -> Mar:
         first = str(error).splitlines()[1].strip() if "\n" in str(error) else str(error)
         raise ModelUnavailable(f"{name}: {path} does not fit {name}'s architecture ({first[:300]})") from None
     return network
+
+
+def read_vae(name: str, path: Path) -> KLDecoder:
+    """The KL-16 decoder from MAR's `kl16.ckpt` or `kl16.safetensors` (latent-diffusion key names)."""
+    vae = KLDecoder()
+    try:
+        vae.load_state_dict(KLDecoder.decoder_state(hub.read_checkpoint(name, path)))
+    except RuntimeError as error:
+        first = str(error).splitlines()[1].strip() if "\n" in str(error) else str(error)
+        raise ModelUnavailable(
+            f"{name}: {path} is not MAR's KL-16 VAE in its release's key names ({first[:300]})"
+        ) from None
+    return vae
 
 
 def _find(name: str, source: str, candidates: list[str], hub_file: str) -> Path:

@@ -5,7 +5,10 @@ grid (one row per guidance branch) plus its head's denoising loop for one token;
 costs the target's backbone over gamma rows (row j knows the first drafts; specviz's exact pass) plus
 the target head along gamma paths. The cost ratio c is a draft token over a target token, the
 paper's 0.38 for MAR-B against MAR-H at batch size 128. On a GPU a pass over gamma rows costs about
-one row's while gamma is small; on a CPU it costs about gamma rows'. Timings are medians of
+one row's while gamma is small; on a CPU it costs about gamma rows'. specviz's encoder runs every
+slot (masked tokens are left out as attention keys, not dropped), so its pass costs what the release's
+costs near the end of an image, where nearly every token is known; early passes of the release are
+cheaper, which lowers its per-token cost and shifts c. Timings are medians of
 `repeats` after one warm-up, synchronised on CUDA, weights random (bf16 backbones on CUDA as loaded).
 """
 

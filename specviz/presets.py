@@ -1,0 +1,104 @@
+"""Presets: the papers' findings, set up to run live on the embedded models with one press.
+
+Each preset names a model, a method with its parameters, a prompt, a seed and (where the finding
+needs it) a temperature, with one paragraph saying what to look at. The numbers quoted were measured
+on `tiny` / `tiny-continuous` with the command given, seeds 0-4 unless said; the race then shows one
+of those runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Preset:
+    key: str
+    label: str  # the button
+    explanation: str  # markdown: what to watch, and what was measured
+    model: str
+    method: str
+    prompt: str
+    seed: int = 0
+    params: dict = field(default_factory=dict)
+    temperature: float | None = None  # None: the model's own default
+    compare: tuple[str, ...] = ()  # the Compare tab's selection, where the finding is a comparison
+
+
+PRESETS = (
+    Preset(
+        "sjd-init",
+        "SJD: spatial initialisation",
+        "**SJD's figure 9, live.** On an image of flat, repeated patterns, a new window slot initialised "
+        "with the token above it is often already right, so whole rows are accepted at once: watch the "
+        "window jump. `blue square`, SJD with window 16, seeds 0-4: 84.0 passes on average with random "
+        "initialisation, 37.2 with `repeat-above` (this run, seed 0: 37 passes; `python -m specviz run "
+        '--method sjd --init repeat-above --prompt "blue square" --seed S --out DIR` prints each); 86.6 '
+        "against 44.2 on `red apple`. The paper finds the gain on a '2D logo' prompt and little on detailed "
+        "images.",
+        "tiny",
+        "sjd",
+        "blue square",
+        params={"window": 16, "init": "repeat-above"},
+    ),
+    Preset(
+        "scd-effect",
+        "SCD: fewer drafts redrawn",
+        "**The SCD effect.** Under SJD most drafts left in the window change from one pass to the next "
+        "(each is redrawn from a fresh sample), so little carries over; SCD-MC couples the draws so a "
+        "draft stays put unless the distribution moved. Watch *drafts changed per iteration* in Inspect, "
+        "then press Compare. `red apple`, window 16, temperature 2, seeds 0-3: SJD 105.8 passes with 68% "
+        "of carried drafts changed, SCD-MC 94.0 with 56% (at temperature 1: 89.5 against 83.5). The "
+        "embedded model is more certain than the papers' (issue: a faithful stage), so the gap is smaller "
+        "than the SCD paper's.",
+        "tiny",
+        "scd-mc",
+        "red apple",
+        params={"window": 16, "init": "random"},
+        temperature=2.0,
+        compare=("sjd", "scd-mc"),
+    ),
+    Preset(
+        "stall",
+        "A stall",
+        "**A stall.** A prompt the model never saw (`a red car`: tiny knows emoji names) leaves it unsure, "
+        "and SJD's window can sit for dozens of passes accepting nothing: each pass redraws the first "
+        "draft and rejects it again. Seed 1 stalls 83 passes in a row and needs 178 passes in all, against "
+        "AR's 256 single-token ones (seeds 0-2: 184, 178, 171 passes). In Inspect, step with *Next "
+        "acceptance* to jump over the stall.",
+        "tiny",
+        "sjd",
+        "a red car",
+        seed=1,
+        params={"window": 16, "init": "random"},
+    ),
+    Preset(
+        "peanut-depth",
+        "PEANUT: depth map",
+        "**PEANUT's depth map.** Draft trees verified in one pass; PEANUT deepens the next tree after a "
+        "fully accepted one and makes it shallower after an early rejection. With the trained EAGLE head "
+        "as drafter, `red apple` needs 50 passes (tau 5.2 tokens per pass). Inspect's depth map colours "
+        "each token by the depth in its tree at which it was accepted: the long ramps are trees that ran "
+        "deep, over flat background and the apple's body; the grey cells, tokens drawn after a rejection, "
+        "gather along the outline and the stem.",
+        "tiny",
+        "peanut",
+        "red apple",
+        params={"drafter": "head"},
+    ),
+    Preset(
+        "cspd",
+        "CSpD: continuous tokens",
+        "**Continuous speculative decoding.** Each token is 12 numbers drawn by a diffusion head; the "
+        "draft model's tokens are accepted by a ratio of densities (the paper's Eq. 5), the first 5% of "
+        "tokens pre-filled by the target. In Inspect: where each token came from, each draft's ratio and "
+        "the uniform that decided it, and one draft's denoising path beside the target's from the same "
+        "noise. On this pair alpha is 0.19 at gamma 8 with pre-filling and 0.17 without "
+        "(`python -m specviz bench-cspd`, README).",
+        "tiny-continuous",
+        "cspd",
+        "grinning face",
+        params={"gamma": 8, "prefill": 0.05},
+    ),
+)
+PRESET_BY_KEY = {preset.key: preset for preset in PRESETS}

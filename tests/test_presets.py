@@ -1,0 +1,46 @@
+"""Presets: every one sets a valid model, method, parameters and prompt, and the runs they quote are
+what the embedded models do."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.decoding import METHODS, run
+from specviz.models.registry import get_entry
+from specviz.presets import PRESET_BY_KEY, PRESETS
+from specviz.ui import PARAMETERS, methods_for, preset_controls
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda preset: preset.key)
+def test_a_preset_sets_every_control_to_something_that_runs(preset):
+    assert preset.method in methods_for(preset.model)
+    METHODS[preset.method].resolve(preset.params)  # raises on a parameter the method does not take
+    updates = preset_controls(preset.key)
+    model, method, *rest = updates
+    controls, rest = rest[: len(PARAMETERS)], rest[len(PARAMETERS) :]
+    _lossy, prompt, seed, temperature, _top_k, _top_p, guidance, compared, known, note = rest
+    assert model["value"] == preset.model and method["value"] == preset.method
+    shown = {name: c["value"] for name, c in zip(PARAMETERS, controls, strict=True) if c.get("visible")}
+    assert {**shown, **preset.params} == shown  # the preset's values are on the visible controls
+    assert prompt["value"] == preset.prompt and seed["value"] == preset.seed
+    default = get_entry(preset.model).sampling()
+    assert temperature["value"] == (preset.temperature or default.temperature)
+    assert guidance["value"] == default.guidance_scale
+    assert set(compared["value"]) <= set(compared["choices"]) and note["value"] == preset.explanation
+    assert known["visible"] == bool(get_entry(preset.model).known_prompts())
+
+
+@pytest.mark.parametrize(
+    ("key", "nfe"),
+    [("sjd-init", 37), ("stall", 178), ("peanut-depth", 50)],
+)
+def test_the_runs_a_preset_quotes_are_what_the_model_does(tiny, key, nfe):
+    preset = PRESET_BY_KEY[key]
+    trace = run(tiny, preset.method, preset.prompt, preset.seed, params=preset.params)
+    assert trace.nfe == nfe and f"{nfe} passes" in preset.explanation
+    if key == "stall":
+        longest = current = 0
+        for iteration in trace.iterations:
+            current = current + 1 if iteration.accepted == 0 else 0
+            longest = max(longest, current)
+        assert longest == 83 and "stalls 83 passes" in preset.explanation
