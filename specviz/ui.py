@@ -46,6 +46,15 @@ PLAY_INTERVAL = 0.4  # seconds per iteration when playing back
 DEFAULT_METHOD = "sjd"  # what Run races first on a discrete model
 COMPARED = ("sjd", "scd-mc", "scd-gs")  # Compare's first selection on a discrete model
 EXAMPLES = ["red apple", "grinning face", "cat face", "rocket", "four leaf clover", "a smiling sun", "blue car"]
+# left and right arrows step the Inspect slider (not while typing in a field)
+ARROW_KEYS = """() => {
+    document.addEventListener("keydown", (event) => {
+        const typing = ["INPUT", "TEXTAREA", "SELECT"].includes(document.activeElement?.tagName);
+        if (typing || (event.key !== "ArrowLeft" && event.key !== "ArrowRight")) return;
+        const button = document.getElementById(event.key === "ArrowLeft" ? "step-back" : "step-on");
+        if (button && button.offsetParent !== null) { button.click(); event.preventDefault(); }
+    });
+}"""
 READING_GUIDE = """
 - **Window (Jacobi methods)**: the grid shows the image's token cells after this pass: grey were
   committed earlier, the window's drafts are coloured by their fate. Each draft was compared with
@@ -566,6 +575,26 @@ def neighbour_instructive(runs: dict, j: float, forward: bool) -> int | dict:
     return later[0] if later else int(j)
 
 
+def next_of_kind(kind: str, runs: dict, j: float) -> int | dict:
+    """The next iteration after j that shows `kind` (viz.JUMPS); j itself where none does."""
+    return viz.jump(runs["trace"], int(j), kind) if runs else gr.update()
+
+
+def step_by(offset: int, runs: dict, j: float) -> int | dict:
+    """One iteration back or on, within the run."""
+    if not runs:
+        return gr.update()
+    return max(0, min(int(j) + offset, len(runs["trace"].iterations) - 1))
+
+
+def describe_iteration(runs: dict, j: float) -> str:
+    """The sentence under the slider: what iteration j did."""
+    if not runs:
+        return ""
+    trace = runs["trace"]
+    return viz.iteration_sentence(trace, max(0, min(int(j), len(trace.iterations) - 1)))
+
+
 def server_address(environ: dict[str, str]) -> tuple[str, int]:
     """Host and port to serve on: Gradio's own GRADIO_SERVER_NAME / GRADIO_SERVER_PORT when set; else
     every interface on a Hugging Face Space (SPACE_ID) or SPECVIZ_HOST or 127.0.0.1, and the PORT that
@@ -810,11 +839,30 @@ def build() -> gr.Blocks:
                     preset_note = gr.Markdown(elem_id="preset-note")  # what the pressed preset shows
                 with gr.Tab("Inspect"):
                     with gr.Row():
-                        iteration = gr.Slider(0, 1, value=0, step=1, label="Iteration")
-                        previous_button = gr.Button("◀ Previous acceptance", scale=0, size="sm", min_width=140)
-                        next_button = gr.Button("Next acceptance ▶", scale=0, size="sm", min_width=140)
+                        iteration = gr.Slider(0, 1, value=0, step=1, label="Iteration (arrow keys step)")
                         play = gr.Button("Play", scale=0, size="sm", min_width=60)
                         pause = gr.Button("Pause", scale=0, size="sm", min_width=60)
+                        speed = gr.Radio(
+                            [("slow", 1.5), ("normal", PLAY_INTERVAL), ("fast", 0.1)],
+                            value=PLAY_INTERVAL,
+                            label="Playback",
+                            scale=0,
+                            min_width=220,
+                        )
+                    with gr.Row():
+                        step_back = gr.Button("◀", scale=0, size="sm", min_width=40, elem_id="step-back")
+                        step_on = gr.Button("▶", scale=0, size="sm", min_width=40, elem_id="step-on")
+                        previous_button = gr.Button("◀ Previous acceptance", scale=0, size="sm", min_width=140)
+                        next_button = gr.Button("Next acceptance ▶", scale=0, size="sm", min_width=140)
+                        jump_buttons = {
+                            kind: gr.Button(label, scale=0, size="sm", min_width=140)
+                            for kind, label in (
+                                ("rejection", "Next rejection ▶"),
+                                ("long", "Next long run ▶"),
+                                ("stall", "Next stall ▶"),
+                            )
+                        }
+                    iteration_note = gr.Markdown(elem_id="iteration-note")  # one sentence: what this pass did
                     with gr.Row():
                         window_plot = gr.Plot(label=ITERATION_LABELS[False])
                         iteration_image = gr.Image(label="Image at this iteration", height=DISPLAY_SIZE, format="png")
@@ -837,6 +885,8 @@ def build() -> gr.Blocks:
                     shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False)  # tree methods
                     with gr.Accordion("How to read these views", open=False):
                         gr.Markdown(READING_GUIDE, elem_id="reading-guide")
+                    with gr.Accordion("Glossary", open=False):
+                        gr.Markdown(viz.GLOSSARY, elem_id="glossary")
                 with gr.Tab("Compare"):
                     compare_methods = gr.CheckboxGroup(method_names, value=list(COMPARED), label="Methods")
                     compare_button = gr.Button("Compare on this prompt and seed")
@@ -987,6 +1037,13 @@ def build() -> gr.Blocks:
 
         previous_button.click(previous_acceptance, [runs, iteration], iteration)
         next_button.click(next_acceptance, [runs, iteration], iteration)
+        for kind, button in jump_buttons.items():
+            button.click(functools.partial(next_of_kind, kind), [runs, iteration], iteration)
+        step_back.click(functools.partial(step_by, -1), [runs, iteration], iteration)
+        step_on.click(functools.partial(step_by, 1), [runs, iteration], iteration)
+        iteration.change(describe_iteration, [runs, iteration], iteration_note)
+        speed.change(lambda seconds: gr.Timer(value=seconds), speed, timer)
+        demo.load(None, None, None, js=ARROW_KEYS)
         large.change(None, large, None, js=TOGGLE_LARGE)
         dark.change(None, dark, None, js=TOGGLE_DARK)
 

@@ -50,9 +50,14 @@ def small_vae() -> KLDecoder:
     return KLDecoder(channels=SMALL.token_dim, base=32, multipliers=(1, 2))
 
 
+def pair_of_random_mars() -> MarPair:
+    """MAR-L drafted by MAR-B, both tiny random networks (a 4 x 4 grid of 4-number tokens)."""
+    return MarPair("mar-l", random_mar(0), random_mar(1), small_vae(), torch.device("cpu"))
+
+
 @pytest.fixture(scope="module")
 def pair() -> MarPair:
-    return MarPair("mar-l", random_mar(0), random_mar(1), small_vae(), torch.device("cpu"))
+    return pair_of_random_mars()
 
 
 def literal_conditions(network: Mar, tokens: torch.Tensor, mask: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
@@ -305,3 +310,22 @@ def test_the_app_offers_what_each_mar_can_run():
     assert {"cspd", "cspd-exact", "ar-draft"} <= set(methods_for("mar-l"))
     names, info = known_prompts("mar-h")
     assert len(names) == 1000 and names[207] == "golden retriever" and "ImageNet classes" in info
+
+
+@torch.inference_mode()
+def test_a_session_rolled_back_or_truncated_has_the_conditions_of_a_fresh_one(pair):
+    """The continuous protocol's contract: commit keeps a prefix of the last forward, truncate forgets
+    committed tokens, and either way the next condition is the one a fresh session fed the same tokens has."""
+    tokens = torch.randn(6, SMALL.token_dim)
+    session = pair.session("3", 3.0, seed=9).target
+    session.forward(tokens[:5])
+    session.commit(3)
+    session.truncate(2)
+    session.forward(tokens[2:4])
+    session.commit(1)  # committed: tokens[:3]
+    fresh = pair.session("3", 3.0, seed=9).target
+    fresh.forward(tokens[:3])
+    fresh.commit(3)
+    assert session.position == fresh.position == 3
+    assert torch.allclose(session.next_condition, fresh.next_condition, atol=1e-6)
+    assert session.nfe == 3 and fresh.nfe == 2  # a prefill and one pass per forward, none for a truncation

@@ -53,11 +53,14 @@ from specviz.viz.frames import (
     slide_title,
     write_animation,
 )
+from specviz.viz.narration import GLOSSARY, JUMPS, iteration_sentence, jump
 from specviz.viz.palette import FATES, OKABE_ITO, STATES, colors, swatches, theme
 from specviz.viz.trees import depth_map_figure, tau_figure, tree_figure, tree_shape_figure
 
 __all__ = [
     "FATES",
+    "GLOSSARY",
+    "JUMPS",
     "OKABE_ITO",
     "STATES",
     "ExportError",
@@ -83,6 +86,8 @@ __all__ = [
     "has_trees",
     "instructive_iterations",
     "iteration_after",
+    "iteration_sentence",
+    "jump",
     "latency_text",
     "message_figure",
     "opening_iteration",

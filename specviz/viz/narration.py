@@ -1,0 +1,145 @@
+"""Words for what a pass did, and where the instructive passes are: pure functions of a Trace.
+
+`iteration_sentence` says in one plain sentence what iteration j did (what was accepted, why the
+first rejection was rejected, what was drawn instead, what the window carries on); `jump` finds the
+next (or previous) pass of a kind worth stepping to: a rejection, a long accepted run, the start of a
+stall. `GLOSSARY` explains the words the views use.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specviz.trace import Iteration, Trace
+from specviz.viz.analysis import STALL_PASSES, _check_index, fates, stalls, verifies_drafts
+
+JUMPS = ("rejection", "long", "stall")  # what `jump` can look for
+
+GLOSSARY = """
+- **NFE** (number of function evaluations): model passes. AR needs one per token; a speculative
+  method verifies several drafts per pass, so an image takes fewer.
+- **Step compression**: AR's passes over the method's. **Latency speedup**: AR's time over the
+  method's; it is step compression divided by what a long pass costs against a short one (about 1 on
+  a GPU, several on a CPU), which is why a method can save passes and still be slower here.
+- **Draft**: a guessed token, verified by the model. **p_old**: the draft's probability where it was
+  drawn; **p_new**: its probability under the model now, given everything before it.
+- **Acceptance ratio** min(1, p_new / p_old): a draft is accepted when a uniform draw u in [0, 1) falls
+  at or below it; the first rejection is replaced by a token drawn from the residual
+  max(0, p_new - p_old), renormalised, so every committed token is an exact sample of the model.
+- **Kept / redrawn**: drafts after a rejection stay in the window; SJD draws each one anew (redrawn),
+  SCD couples the draws so a draft is kept unless its distribution moved (**coupling**).
+- **Stall**: passes that accept nothing, each fixing one token as AR would, at a whole pass's cost.
+- **Tau**: tokens a draft-tree pass commits (its accepted path plus the token drawn after it).
+- **Alpha** (continuous tokens): the share of tested drafts accepted; a density ratio replaces the
+  probability ratio.
+"""
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _number(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2g}"
+
+
+def _drafts(count: int, noun: str = "draft") -> str:
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
+def _window_sentence(it: Iteration) -> str:
+    accepted, k = it.accepted, it.rejected_at
+    head = f"{_drafts(accepted)} accepted" if accepted else "no draft accepted"
+    if k is None:
+        told = f"all {_drafts(len(it.drafts))} accepted; the token after them was drawn from the model"
+    elif it.group_mass_new is not None:  # lantern, gsd: acceptance of a neighbourhood of similar tokens
+        told = (
+            f"{head}; the {_ordinal(k + 1)} was rejected: the probability mass of its group of similar tokens "
+            f"gave a ratio of {_number(it.ratio[k])}, below the uniform draw {_number(it.uniform[k])}, and a "
+            "token was drawn from what is left"
+        )
+    else:
+        told = (
+            f"{head}; the {_ordinal(k + 1)} was rejected because p_new = {_number(it.p_new[k])} against "
+            f"p_old = {_number(it.p_old[k])} gives a ratio of {_number(it.ratio[k])}, below the uniform draw "
+            f"{_number(it.uniform[k])}, so a new token was drawn from the residual"
+        )
+    shown = fates(it)
+    carried = [(name, shown.count(name)) for name in ("kept", "redrawn", "new") if shown.count(name)]
+    window = ", ".join(f"{count} {name}" for name, count in carried)
+    rest = f". Left in the window for the next pass: {window}" if window else ""
+    return f"{told}{rest}."
+
+
+def _tree_sentence(it: Iteration) -> str:
+    tree = it.tree
+    nodes, deepest = len(tree.tokens), max(tree.depths, default=0)
+    path = f"a path of {_drafts(it.accepted, 'node')} was accepted" if it.accepted else "no node was accepted"
+    refused = it.accepted < deepest and any(
+        fate == "rejected" and depth == it.accepted + 1 for fate, depth in zip(tree.fate, tree.depths, strict=True)
+    )
+    why = f", every candidate at depth {it.accepted + 1} was refused," if refused else ""
+    return (
+        f"One pass verified a tree of {nodes} nodes, {deepest} deep: {path}{why} and the model drew one more "
+        f"token after it ({len(it.committed)} tokens fixed)."
+    )
+
+
+def _continuous_sentence(it: Iteration) -> str:
+    step = it.continuous
+    if not step.fate:
+        return "The target drew this token alone (pre-filled, or AR): no draft to verify."
+    gamma, accepted = len(step.fate), it.accepted
+    head = f"{_drafts(accepted)} of {gamma} accepted" if accepted else f"none of {gamma} drafts accepted"
+    if accepted == gamma:
+        return f"{head}: all; the target drew the next token itself."
+    drawn = (
+        f"the cap of proposals was reached after {step.tries}, and a plain target draw was kept"
+        if step.source[-1] == "capped"
+        else f"its position was resampled ({step.tries} proposal{'s' if step.tries != 1 else ''} tried)"
+    )
+    return (
+        f"{head}; draft {accepted + 1} was rejected (density ratio {_number(step.ratio[accepted])}, uniform "
+        f"{_number(step.uniform[accepted])}): {drawn}; the {gamma - accepted - 1} after it were discarded."
+    )
+
+
+def iteration_sentence(trace: Trace, j: int) -> str:
+    """One plain sentence on what iteration j did."""
+    _check_index(trace, j)
+    it = trace.iterations[j]
+    where = f"Iteration {j} (from token {it.start}): "
+    if it.continuous is not None:
+        return where + _continuous_sentence(it)
+    if it.tree is not None:
+        return where + _tree_sentence(it)
+    if not it.drafts:
+        drawn = "one token" if len(it.committed) == 1 else f"{len(it.committed)} tokens"
+        return where + f"no drafts to verify; the model drew {drawn}, as AR does."
+    return where + _window_sentence(it)
+
+
+def _rejects(it: Iteration) -> bool:
+    if it.continuous is not None:
+        return "rejected" in it.continuous.fate
+    return "rejected" in fates(it) or (it.tree is not None and it.accepted < max(it.tree.depths, default=0))
+
+
+def jump(trace: Trace, j: int, kind: str, forward: bool = True) -> int:
+    """The next (previous) iteration after (before) j of `kind`: a `rejection`, a `long` accepted run (at
+    least half the longest of the run, and 2), or the first pass of a `stall` (STALL_PASSES passes or
+    more accepting nothing); j itself where there is none."""
+    if kind not in JUMPS:
+        raise ValueError(f"jump looks for one of {', '.join(JUMPS)}, not {kind!r}")
+    its = trace.iterations
+    if kind == "stall":
+        found = [start for start, _ in stalls(trace, STALL_PASSES)]
+    elif kind == "rejection":
+        found = [k for k, it in enumerate(its) if verifies_drafts(it) and _rejects(it)]
+    else:
+        longest = max((it.accepted for it in its if verifies_drafts(it)), default=0)
+        threshold = max(2, math.ceil(longest / 2))
+        found = [k for k, it in enumerate(its) if verifies_drafts(it) and it.accepted >= threshold]
+    later = [k for k in found if k > j] if forward else [k for k in reversed(found) if k < j]
+    return later[0] if later else int(j)
