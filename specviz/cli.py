@@ -200,6 +200,26 @@ def command_bench_mar(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_pass_cost(args: argparse.Namespace) -> int:
+    from specviz.decoding.cost import cost_sentence, pass_costs
+
+    sizes = tuple(_numbers(args.sizes, int, "--sizes"))
+    if not all(1 <= size <= 256 for size in sizes):
+        raise UsageError("--sizes must be from 1 to 256")
+    if not 1 <= args.repeats <= 100:
+        raise UsageError("--repeats must be from 1 to 100")
+    check_device(args.device)
+    prompt = check_prompt(args.prompt)
+    model = load_model(args.model, args.weights, args.device, args.draft)
+    costs = pass_costs(model, prompt, sizes, args.repeats)
+    print(f"{args.model} on {args.device}: one forward over n tokens after the prompt (ms, median of {args.repeats})")
+    print("\n| tokens | ms | over one token |\n|---:|---:|---:|")
+    for cost in costs:
+        print(f"| {cost.tokens} | {cost.ms:.2f} | {cost.ratio:.2f} |")
+    print(f"\n{cost_sentence(costs)}")
+    return 0
+
+
 def command_models(args: argparse.Namespace) -> int:
     for entry in MODELS.values():
         reason = entry.offline()
@@ -368,6 +388,17 @@ def build_parser() -> argparse.ArgumentParser:
     mar_parser.add_argument("--repeats", type=int, default=3, help="timed repeats after one warm-up")
     mar_parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
     mar_parser.set_defaults(handler=command_bench_mar)
+
+    cost_parser = commands.add_parser(
+        "pass-cost",
+        help="time one model pass over n tokens against a pass over one on this device (latency speedup is "
+        "step compression divided by this ratio)",
+    )
+    _model_arguments(cost_parser)
+    cost_parser.add_argument("--prompt", default="red apple", help="the prompt prefilled first (a class for MAR)")
+    cost_parser.add_argument("--sizes", default="1,2,4,8,17,33", help="tokens per pass, comma-separated")
+    cost_parser.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up")
+    cost_parser.set_defaults(handler=command_pass_cost)
 
     models_parser = commands.add_parser("models", help="list registered models and which run offline")
     models_parser.set_defaults(handler=command_models)

@@ -27,8 +27,9 @@ from PIL import Image
 
 from specviz import viz
 from specviz.decoding import METHODS, RunStream, UnknownMethod, run
+from specviz.decoding.cost import cost_sentence, pass_costs
 from specviz.decoding.params import all_fields
-from specviz.inputs import InputError, check_seed
+from specviz.inputs import InputError, check_prompt, check_seed
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import ImageModel, UnsupportedMethod, decode_in_order
 from specviz.models.registry import MODELS, get_entry, load_model
@@ -893,6 +894,10 @@ def build() -> gr.Blocks:
                     compare_note = gr.Markdown(elem_id="compare-note")
                     compare_table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False, wrap=True)
                     compare_plot = gr.Plot()
+                    with gr.Accordion("What a pass costs here (why fewer passes are not always faster)", open=False):
+                        cost_button = gr.Button("Measure pass costs on this device", size="sm")
+                        cost_note = gr.Markdown(elem_id="cost-note")
+                        cost_plot = gr.Plot()
                 with gr.Tab("Replay and export"):
                     gr.Markdown(
                         "Upload a saved `trace.json` (for example one made on a GPU) to inspect it here without "
@@ -1075,6 +1080,23 @@ def build() -> gr.Blocks:
             compare,
             [compare_methods, model, prompt, seed, *method_controls, *sampling_inputs, large, dark],
             [compare_table, compare_plot, compare_note],
+            concurrency_limit=1,
+            concurrency_id="gpu",
+        )
+
+        @gpu
+        @user_errors
+        def measure_costs(model_name: str, text: str, state: dict, big: bool, night: bool):
+            """Time passes of 1 to 33 tokens on the chosen model and say what that does to a speedup."""
+            chosen = get_model(model_name)
+            costs = on_compute_thread(pass_costs, chosen, check_prompt(text))
+            compression = viz.summary(state["trace"])["step_compression"] if state else None  # the last run's
+            return cost_sentence(costs, compression), viz.pass_cost_figure(costs, dark=night, large=big)
+
+        cost_button.click(
+            measure_costs,
+            [model, prompt, runs, large, dark],
+            [cost_note, cost_plot],
             concurrency_limit=1,
             concurrency_id="gpu",
         )

@@ -36,6 +36,7 @@ from specviz.viz.figures import (
     changed_figure,
     comparison_figure,
     message_figure,
+    pass_cost_figure,
     race_figure,
     window_figure,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "latency_text",
     "message_figure",
     "opening_iteration",
+    "pass_cost_figure",
     "pass_overlay",
     "per_iteration",
     "per_tree",

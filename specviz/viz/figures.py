@@ -434,3 +434,24 @@ def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False)
     fig.update_layout(barmode="group", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
     fig.update_yaxes(title="times AR", rangemode="tozero")
     return _finish(fig, "methods against AR (hatched: lossy)", 460, dark, large)
+
+
+def pass_cost_figure(costs: list, dark: bool = False, large: bool = False) -> go.Figure:
+    """The cost of a pass over n tokens against a one-token pass (`specviz.decoding.cost.PassCost`
+    rows), between the two limits: flat (a memory-bound GPU pass) and n (compute-bound)."""
+    sizes = [cost.tokens for cost in costs]
+    fig = go.Figure(
+        [
+            go.Scatter(x=sizes, y=sizes, name="costs n times one (compute-bound)", mode="lines",
+                       line={"dash": "dot", "color": colors(dark)["committed"]}),
+            go.Scatter(x=sizes, y=[1.0] * len(sizes), name="costs one pass (memory-bound, a GPU)", mode="lines",
+                       line={"dash": "dash", "color": OKABE_ITO["bluish_green"]}),
+            go.Scatter(x=sizes, y=[cost.ratio for cost in costs], name="measured here", mode="lines+markers+text",
+                       text=[f"{cost.ratio:.1f}x" for cost in costs], textposition="top left",
+                       line={"color": OKABE_ITO["orange"], "width": 3}),
+        ]
+    )  # fmt: skip
+    fig.update_layout(legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+    fig.update_xaxes(title="tokens in the pass", type="log", tickvals=sizes)
+    fig.update_yaxes(title="cost over a one-token pass", type="log", tickvals=[0.5, 1, 2, 4, 8, 16, 32, 64])
+    return _finish(fig, "what a pass costs on this device", 420, dark, large)

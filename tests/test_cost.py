@@ -1,0 +1,31 @@
+"""The pass-cost measurement: what a pass of n tokens costs against one, and what that means for a speedup."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.cli import main
+from specviz.decoding.cost import PassCost, cost_sentence, pass_costs
+from specviz.viz import pass_cost_figure
+
+
+def test_pass_costs_time_each_size_and_leave_the_session_as_it_was(tiny):
+    costs = pass_costs(tiny, "red apple", (4, 17), repeats=1)
+    assert [cost.tokens for cost in costs] == [1, 4, 17]  # the one-token pass is always the reference
+    assert costs[0].ratio == 1.0 and all(cost.ms > 0 for cost in costs)
+    assert costs[2].ratio == pytest.approx(costs[2].ms / costs[0].ms)
+
+
+def test_the_sentence_divides_step_compression_by_the_window_pass_ratio():
+    costs = [PassCost(1, 10.0, 1.0), PassCost(17, 30.0, 3.0)]
+    text = cost_sentence(costs, step_compression=2.9)
+    assert "a 17-token pass costs 3.0x a one-token pass" in text and "about 0.97x in latency" in text
+    figure = pass_cost_figure(costs)
+    assert [trace.name for trace in figure.data][-1] == "measured here"
+
+
+def test_the_command_prints_a_table(capsys):
+    assert main(["pass-cost", "--sizes", "1,3", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| 3 |" in out and "costs" in out
+    assert main(["pass-cost", "--sizes", "0"]) == 2
