@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz {run,models,bench,check-lossless,figures} ...`; every subcommand has --help."""
+"""Command line: `python -m specviz {run,race,models,bench,check-lossless,figures,...}`; every subcommand has --help."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from specviz.bench_continuous import sweep
 from specviz.continuous_lossless import check_continuous, token_check
 from specviz.decoding import METHODS, UnknownMethod, run
 from specviz.decoding.params import all_fields
+from specviz.decoding.race import TIMINGS
 from specviz.inputs import (
     InputError,
     check_device,
@@ -48,6 +49,7 @@ IMAGE_SCALE = 8  # saved PNGs are upscaled with nearest neighbour so each token 
 RUN_FILES = ("image.png", "trace.json")
 DEPTH_MAP_STEM = "depth-map"  # `run` of a tree method also writes depth-map.png
 MAX_BENCH_SEEDS = 1000
+MAX_RACE_REPEATS = 20
 MAX_LOSSLESS_SAMPLES = 10_000_000
 MAX_CONTINUOUS_SAMPLES = 20_000  # the permutation test holds a distance matrix of (2 x samples)^2 numbers
 DEVIATION_POSITIONS = (3, 128, 250)  # a background cell of the first row, the middle, the last row
@@ -172,6 +174,45 @@ def command_run(args: argparse.Namespace) -> int:
         f"model={trace.model} method={trace.method}{lossy} nfe={trace.nfe} tokens={len(trace.tokens)}{tau} "
         f"seconds={trace.seconds:.2f} out={out}"
     )
+    return 0
+
+
+def command_race(args: argparse.Namespace) -> int:
+    """A method against AR as the app races them, then both timed again undisturbed; a table."""
+    from specviz.decoding.race import Race, time_again, with_timing
+    from specviz.viz.analysis import ratio_text, spread_text, summary, timed_speedup
+
+    _check_run_inputs(args, [args.method])
+    if args.method == "ar":
+        raise UsageError("race a method against AR, for example --method sjd (ar is the other side)")
+    if not 0 <= args.repeats <= MAX_RACE_REPEATS:
+        raise UsageError(f"--repeats must be from 0 to {MAX_RACE_REPEATS}")
+    params = _method_params(args)
+    METHODS[args.method].resolve(params)
+    prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
+    model = load_model(args.model, args.weights, args.device, args.draft)
+    race = Race(model, args.method, prompt, seed, _sampling(args, model.default_sampling), params)
+    while race.step() is not None:
+        pass
+    trace, ar = race.traces()
+    rounds = list(time_again(model, [trace, ar], args.repeats))
+    timings = rounds[-1] if rounds else None
+    if timings is not None:
+        trace, ar = (with_timing(t, timing) for t, timing in zip((trace, ar), timings, strict=True))
+    how = (
+        f"median of {args.repeats} undisturbed runs of each, in turns"
+        if timings is not None
+        else ("the race's own clocks" if args.repeats == 0 else "the race's own clocks (a repeat changed its tokens)")
+    )
+    print(f"{args.method} against AR on {model.name} ({model.device}), prompt {prompt!r}, seed {seed}; seconds: {how}")
+    print("\n| run | NFE | tokens | step compression | seconds | spread |\n|---|---:|---:|---:|---:|---|")
+    for t in (trace, ar):
+        spread = f"{min(t.timings):.3f}-{max(t.timings):.3f}" if t.timings else "-"
+        compression = ratio_text(summary(t)["step_compression"])
+        print(f"| {t.method} | {t.nfe} | {len(t.tokens)} | {compression} | {t.seconds:.3f} | {spread} |")
+    facts, timed = summary(trace, ar), timed_speedup(trace, ar)
+    spread = f" ({spread_text(timed)})" if timed else ""
+    print(f"\nlatency speedup over AR: {ratio_text(facts['latency_speedup'])}{spread}")
     return 0
 
 
@@ -377,6 +418,22 @@ def build_parser() -> argparse.ArgumentParser:
     _method_arguments(run_parser)
     _sampling_arguments(run_parser)
     run_parser.set_defaults(handler=command_run)
+
+    race_parser = commands.add_parser(
+        "race",
+        help="race a method against AR as the app does, then time both again undisturbed: NFE, step compression "
+        "and the latency speedup with its spread",
+    )
+    _model_arguments(race_parser)
+    race_parser.add_argument("--method", default="sjd", help="the method to race against AR (default sjd)")
+    race_parser.add_argument("--prompt", default="red apple", help="what to draw (a class for a class model)")
+    race_parser.add_argument("--seed", type=int, default=0)
+    race_parser.add_argument(
+        "--repeats", type=int, default=TIMINGS, help=f"undisturbed repeats of each run (default {TIMINGS}; 0: none)"
+    )
+    _method_arguments(race_parser)
+    _sampling_arguments(race_parser)
+    race_parser.set_defaults(handler=command_race)
 
     mar_parser = commands.add_parser(
         "bench-mar",

@@ -23,6 +23,7 @@ class Preset:
     params: dict = field(default_factory=dict)
     temperature: float | None = None  # None: the model's own default
     compare: tuple[str, ...] = ()  # the Compare tab's selection, where the finding is a comparison
+    contrast: bool = False  # also run it with pre-filling switched, both in Inspect (CSpD's figure 11)
 
 
 PRESETS = (
@@ -93,12 +94,14 @@ PRESETS = (
         "draft model's tokens are accepted by a ratio of densities (the paper's Eq. 5), the first 5% of "
         "tokens pre-filled by the target. In Inspect: where each token came from, each draft's ratio and "
         "the uniform that decided it, and one draft's denoising path beside the target's from the same "
-        "noise. On this pair alpha is 0.19 at gamma 8 with pre-filling and 0.17 without "
-        "(`python -m specviz bench-cspd`, README).",
+        "noise. The same run is then made without pre-filling, and *acceptance by generation step* shows "
+        "both (the paper's figure 11). On this pair alpha is 0.19 at gamma 8 with pre-filling and 0.17 "
+        "without (`python -m specviz bench-cspd`, README).",
         "tiny-continuous",
         "cspd",
         "grinning face",
         params={"gamma": 8, "prefill": 0.05},
+        contrast=True,
     ),
 )
 PRESET_BY_KEY = {preset.key: preset for preset in PRESETS}

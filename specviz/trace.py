@@ -325,6 +325,8 @@ class Trace(_Strict):
     tokens: Annotated[list[Count], Field(min_length=1, max_length=MAX_POSITIONS)]
     nfe: Count
     seconds: Annotated[float, Field(ge=0.0)]
+    # the seconds of undisturbed repeats of this run, where it was timed again (`seconds` is their median)
+    timings: Annotated[list[Annotated[float, Field(ge=0.0)]], Field(min_length=1, max_length=100)] | None = None
     prefill_ms: Annotated[float, Field(ge=0.0)] = 0.0
     iterations: Annotated[list[Iteration], Field(min_length=1, max_length=MAX_POSITIONS)]
     # a continuous-token run: the value of every token (ids are all 0) and the draft model's passes

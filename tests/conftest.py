@@ -33,8 +33,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def server():
-    """The app, launched once in this process on a free port; yields its URL."""
+    """The app, launched once in this process on a free port, timing each run twice after a race or a
+    comparison (the default three cost the suite minutes); yields its URL."""
     from specviz.ui import MAX_UPLOAD_BYTES, build
+
+    os.environ["SPECVIZ_TIMINGS"] = "2"
 
     demo = build()
     demo.queue(default_concurrency_limit=1, max_size=32)

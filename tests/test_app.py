@@ -13,13 +13,14 @@ from PIL import Image
 import specviz
 from specviz.decoding import METHODS, run
 from specviz.models.settings import SamplingSettings
-from specviz.ui import PARAMETERS, show
+from specviz.ui.controls import PARAMETERS
+from specviz.ui.service import show
 
 pytestmark = pytest.mark.xdist_group("app")  # one launched app per test run
 
 
 def _controls(method: str) -> list:
-    """The method controls (specviz.ui.PARAMETERS, in order) as the app shows them for `method`: its own
+    """The method controls (specviz.ui.controls.PARAMETERS, in order) as the app shows them for `method`: its own
     parameters at its defaults, every other at the default of the first method that takes it."""
     values: dict = {}
     for spec in METHODS.values():
@@ -43,7 +44,20 @@ def _race(client: Client, **changes):
             values[4 + PARAMETERS.index(key)] = value
         else:
             values[names.index(key)] = value
-    return client.predict(*values, api_name="/race")
+    return _latest(client, values)
+
+
+def _latest(client: Client, values: list) -> list:
+    """A race's outputs as the page ends up showing them: each output's last value sent (the race sends
+    its images when the runs finish, then only clocks and summary while it times them again)."""
+    job = client.submit(*values, api_name="/race")
+    job.result()
+    frames = job.outputs()
+    return [next((frame[i] for frame in reversed(frames) if not _skip(frame[i])), None) for i in range(len(frames[-1]))]
+
+
+def _skip(value) -> bool:
+    return value == {"__type__": "update"}  # an output this frame left as it was
 
 
 def _expected_image(tiny, method, prompt, seed) -> np.ndarray:
@@ -62,7 +76,8 @@ def test_a_race_shows_both_images_and_the_summary(server, tiny):
     client = Client(server, verbose=False)
     method_image, method_counter, ar_image, ar_counter, summary, iteration, _ = _race(client)
     assert "step compression" in summary and re.search("latency speedup over AR|slower than AR", summary)
-    assert "timed again after the race" in summary  # on a CPU both deterministic runs are re-timed
+    assert "the median of 2 runs of each with nothing drawing" in summary  # on a CPU: re-timed undisturbed
+    assert re.search(r"\(\d\.\d\d.*x.* over 2 timings\)", summary.splitlines()[0])  # with its spread
     assert "256/256 tokens" in method_counter and "NFE 256" in ar_counter
     shown = [np.asarray(Image.open(image).convert("RGB")) for image in (method_image, ar_image)]
     assert np.array_equal(shown[0], _expected_image(tiny, "sjd", "red apple", 3))
@@ -70,7 +85,8 @@ def test_a_race_shows_both_images_and_the_summary(server, tiny):
     assert iteration["maximum"] >= 1  # the inspect slider spans the run's iterations
 
 
-def test_a_race_on_the_continuous_pair(server):
+def test_a_race_on_the_continuous_pair(server, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_TIMINGS", "1")  # one undisturbed timing: a continuous run takes seconds
     client = Client(server, verbose=False)
     # choosing the model gives the method list of its kind of tokens, as the browser does
     client.predict("tiny-continuous", api_name="/methods_of")
@@ -87,7 +103,7 @@ def test_replay_of_a_saved_trace(server, tiny, tmp_path):
     path = tmp_path / "trace.json"
     trace.save(path)
     client = Client(server, verbose=False)
-    status, *_ = client.predict(handle_file(str(path)), False, False, api_name="/replay")
+    status, *_ = client.predict([handle_file(str(path))], False, False, api_name="/replay")
     assert f"{len(trace.iterations)} iterations, NFE {trace.nfe}" in status and "scd-mc" in status
 
 
@@ -96,7 +112,7 @@ def test_malformed_upload_gets_a_clear_message(server, tmp_path):
     path.write_text('{"version": 1, "tokens": "nope"}')
     client = Client(server, verbose=False)
     with pytest.raises(Exception, match="invalid trace"):
-        client.predict(handle_file(str(path)), False, False, api_name="/replay")
+        client.predict([handle_file(str(path))], False, False, api_name="/replay")
 
 
 @pytest.mark.parametrize(
@@ -165,7 +181,7 @@ def test_an_upload_over_the_size_limit_is_refused(server, tmp_path):
     path.write_bytes(b" " * (MAX_UPLOAD_BYTES + 1))
     client = Client(server, verbose=False)
     with pytest.raises(Exception, match=r"(?i)file.*(large|size)"):
-        client.predict(handle_file(str(path)), False, False, api_name="/replay")
+        client.predict([handle_file(str(path))], False, False, api_name="/replay")
 
 
 def test_exporting_a_long_trace_is_bounded(server, tmp_path):
@@ -194,7 +210,7 @@ def test_exporting_a_long_trace_is_bounded(server, tmp_path):
     path = tmp_path / "long.json"
     path.write_text(json.dumps(trace))
     client = Client(server, verbose=False)
-    client.predict(handle_file(str(path)), False, False, api_name="/replay")
+    client.predict([handle_file(str(path))], False, False, api_name="/replay")
     started = time.perf_counter()
     files = client.predict(0, False, api_name="/export")
     elapsed = time.perf_counter() - started
@@ -221,7 +237,7 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
     path = tmp_path / "eagle2.json"
     eagle2_trace.save(path)
     client = Client(server, verbose=False)
-    client.predict(handle_file(str(path)), False, False, api_name="/replay")
+    client.predict([handle_file(str(path))], False, False, api_name="/replay")
     tree, image, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
     assert tree["label"] == "Draft tree of this iteration"
     assert "drafts in a tree" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"]
@@ -233,7 +249,7 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
     assert "iteration 5/" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"]
     assert "committed this iteration (5)" in depths["value"]["plot"]
     sjd = Path(specviz.__file__).parent / "data" / "examples" / "red-apple-sjd.json"
-    client.predict(handle_file(str(sjd)), False, False, api_name="/replay")
+    client.predict([handle_file(str(sjd))], False, False, api_name="/replay")
     window, _, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
     assert window["label"] == "Jacobi window" and length["label"] == "Accepted length per iteration"
     assert changed["visible"] and not depths["visible"] and not shapes["visible"]
@@ -253,11 +269,12 @@ def test_a_slowdown_reads_as_one():
     table, never as a '0.84x' speedup."""
     from specviz import viz
     from specviz.trace import Trace
-    from specviz.ui import compare_rows, race_summary
+    from specviz.ui.compare import compare_rows
+    from specviz.ui.race import race_summary
 
     sjd = Trace.load(_example())
     ar = sjd.model_copy(update={"method": "ar", "nfe": 256, "seconds": sjd.seconds / 1.19})
-    headline = race_summary(sjd, ar, retimed=True).splitlines()[0]
+    headline = race_summary(sjd, ar).splitlines()[0]
     assert "1.19x slower than AR" in headline and "speedup" not in headline
     assert "1.19x slower than AR" in viz.race_figure(sjd, ar).layout.title.text
     table, rows = compare_rows(ar, [sjd])
@@ -267,25 +284,25 @@ def test_a_slowdown_reads_as_one():
 
 def test_compare_is_timed_as_the_race_is_and_states_its_settings(server, monkeypatch):
     """Compare re-times every run after all have run, as the race does (one shared function), so its
-    seconds are the second run's; its note states prompt, seed and sampling, its table each method's
-    parameters."""
-    import specviz.ui as ui
+    seconds are the median of the repeats'; its note states prompt, seed and sampling, its table each
+    method's parameters and the speedup's spread."""
+    import specviz.decoding.race as race
 
-    first_run = ui.run_again
+    first_run = race.repeat
 
     def marked(model, trace):  # the re-timed run, its clock marked so the table shows where it came from
         again = first_run(model, trace)
         return again.model_copy(update={"seconds": again.seconds + 1000.0})
 
-    monkeypatch.setattr(ui, "run_again", marked)
+    monkeypatch.setattr(race, "repeat", marked)
     client = Client(server, verbose=False)
     values = RACE[:1] + RACE[2:]  # model, prompt, seed, controls, sampling (no method)
-    table, _, note = client.predict(["sjd"], *values, False, False, api_name="/compare")
+    table, _, note = client.predict(*values, False, False, ["sjd"], api_name="/compare")
     rows = {row[0]: dict(zip(table["headers"], row, strict=True)) for row in table["data"]}
     assert rows["ar"]["seconds"] > 1000 and rows["sjd"]["seconds"] > 1000
     assert rows["sjd"]["parameters"].startswith("window 16, init random")
     assert "'red apple'" in note and "seed 3" in note and "guidance 3" in note and "top-k off" in note
-    assert "timed a second time" in note
+    assert "the median of 2 runs of each" in note and rows["sjd"]["latency against AR"].endswith("over 2 timings)")
     ar_counter = _race(client)[3]
     assert float(re.search(r"([\d.]+) s$", ar_counter).group(1)) > 1000  # the race's AR: the same re-timing
 
@@ -301,7 +318,8 @@ def test_a_new_race_clears_the_last_summary_and_downloads(server):
 
 
 def test_stop_says_stopped_and_how_far_and_cancels_compare(server):
-    from specviz.ui import COMPARING, RETIMING, racing, stopped
+    from specviz.ui.compare import COMPARING
+    from specviz.ui.race import RETIMING, racing, stopped
 
     counters = ("**sjd** · NFE 9 · 40/256 tokens · 0.20 s", "**ar** · NFE 60 · 60/256 tokens · 0.30 s")
     race_note, compare_note = stopped(racing("sjd"), *counters, "")
@@ -323,7 +341,7 @@ def test_replay_restores_the_controls_and_opens_at_an_instructive_iteration(serv
     trace.save(path)
     client = Client(server, verbose=False)
     status, iteration, downloads, model, method, *rest = client.predict(
-        handle_file(str(path)), False, False, api_name="/replay"
+        [handle_file(str(path))], False, False, api_name="/replay"
     )
     controls = dict(zip(PARAMETERS, rest, strict=False))
     temperature, top_k, top_p, guidance = (update["value"] for update in rest[-4:])
@@ -347,7 +365,7 @@ def test_inspect_opens_a_tree_run_at_its_deepest_path_and_steps_between_acceptan
     path = tmp_path / "eagle2.json"
     eagle2_trace.save(path)
     client = Client(server, verbose=False)
-    _, iteration, *_ = client.predict(handle_file(str(path)), False, False, api_name="/replay")
+    _, iteration, *_ = client.predict([handle_file(str(path))], False, False, api_name="/replay")
     accepted = [it.accepted for it in eagle2_trace.iterations]
     assert accepted[iteration["value"]] == max(accepted)
     accepting = [j for j, n in enumerate(accepted) if n > 0 and eagle2_trace.iterations[j].tree is not None]
@@ -382,7 +400,7 @@ def test_compare_with_no_method_is_one_line_in_the_log(server, capfd, caplog):
     client = Client(server, verbose=False)
     capfd.readouterr()
     with caplog.at_level("WARNING", logger="specviz.ui"), pytest.raises(Exception, match="choose at least one method"):
-        client.predict([], *(RACE[:1] + RACE[2:]), False, False, api_name="/compare")
+        client.predict(*(RACE[:1] + RACE[2:]), False, False, [], api_name="/compare")
     logged = [record for record in caplog.records if record.name == "specviz.ui"]
     assert [record.getMessage() for record in logged] == ["refused in compare: choose at least one method to compare"]
     assert logged[0].exc_info is None and "Traceback" not in capfd.readouterr().err

@@ -191,18 +191,19 @@ def test_cspd_reports_its_deviation():
 
 
 def test_the_app_shows_a_continuous_run_with_its_own_views(pair):
-    from specviz import ui, viz
+    from specviz import viz
+    from specviz.ui import controls, inspection
 
-    assert ui.methods_for("tiny-continuous") == ["ar-draft", "cspd", "cspd-exact"]
-    assert "cspd" not in ui.methods_for("tiny") and "sjd" in ui.methods_for("tiny")
+    assert controls.methods_for("tiny-continuous") == ["ar-draft", "cspd", "cspd-exact"]
+    assert "cspd" not in controls.methods_for("tiny") and "sjd" in controls.methods_for("tiny")
     trace = run(pair, "cspd", "red apple", 0, params={"gamma": 3})
     j = viz.opening_iteration(trace)
     assert trace.iterations[j].continuous.fate  # opens on a pass with drafts, not on a pre-filled token
-    bars, _, paths = ui.iteration_views({"trace": trace}, j, False, False)
-    assert bars["label"] == ui.CONTINUOUS_LABELS["iteration"] and paths["visible"]
+    bars, _, paths = inspection.iteration_views({"trace": trace}, j, False, False)
+    assert bars["label"] == inspection.CONTINUOUS_LABELS["iteration"] and paths["visible"]
     assert "acceptance" in bars["value"].layout.title.text or "accepted" in bars["value"].layout.title.text
-    sources, _, by_step, versus, shapes = ui.overview_figures({"trace": trace}, "run_length", False, True)
-    assert by_step["label"] == ui.CONTINUOUS_LABELS["by_step"] and not shapes["visible"]
+    sources, _, by_step, versus, shapes = inspection.overview_figures({"trace": trace}, "run_length", False, True)
+    assert by_step["label"] == inspection.CONTINUOUS_LABELS["by_step"] and not shapes["visible"]
     assert "where each token came from" in sources.layout.title.text.replace("<br>", " ")
     assert "without an AR run" in versus.layout.annotations[0].text.replace("<br>", " ")
     assert {s for s in viz.token_sources(trace)} <= {"alone", "draft", "resampled", "capped", "target"}
@@ -245,3 +246,22 @@ def test_run_writes_the_image_and_trace_of_a_continuous_method(tmp_path, capsys)
         == 2
     )
     assert "continuous tokens" in capsys.readouterr().err
+
+
+def test_inspect_adds_the_same_run_with_pre_filling_switched(pair, monkeypatch):
+    """The paper's figure 11 in the app: a second run of the same method, prompt and seed with
+    pre-filling off (or on), drawn beside the first in acceptance by generation step."""
+    from specviz.ui import inspection
+
+    trace = run(pair, "cspd", "red apple", 0, params={"gamma": 3, "prefill": 0.25})
+    assert inspection.contrast_params(trace)["prefill"] == 0.0
+    assert inspection.contrast_label({"trace": trace})["visible"]
+    monkeypatch.setattr(inspection, "get_model", lambda name: pair)
+    runs = inspection.with_contrast({"trace": trace})
+    second = runs["contrast"][0]
+    assert (second.method, second.seed, second.params["prefill"]) == ("cspd", 0, 0.0)
+    assert second.iterations[0].continuous.fate and not trace.iterations[0].continuous.fate  # drafts from the start
+    assert not inspection.contrast_label(runs)["visible"]  # added once
+    _, _, by_step, _, _ = inspection.overview_figures(runs, "run_length", False, False)
+    assert [line.name for line in by_step["value"].data] == ["cspd, pre-fill 25%", "cspd, pre-fill 0%"]
+    assert inspection.contrast_params(run(pair, "ar", "red apple", 0)) is None  # nothing to switch

@@ -315,7 +315,7 @@ def test_unwritable_output_folder_is_refused_before_drawing(tmp_path, capsys):
 
 
 def test_app_export_offers_the_same_figures(tmp_path):
-    from specviz.ui import figure_archive
+    from specviz.ui.replay import figure_archive
 
     (_, ar), (_, sjd) = _example("ar"), _example("sjd")
     archive = figure_archive({"trace": sjd, "ar": ar}, 12, tmp_path, None, dark=True)

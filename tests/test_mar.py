@@ -304,7 +304,7 @@ def test_the_cost_table_times_passes_heads_and_the_cost_ratio():
 
 
 def test_the_app_offers_what_each_mar_can_run():
-    from specviz.ui import known_prompts, methods_for
+    from specviz.ui.controls import known_prompts, methods_for
 
     assert methods_for("mar-b") == ["ar"]  # no draft: the target alone
     assert {"cspd", "cspd-exact", "ar-draft"} <= set(methods_for("mar-l"))

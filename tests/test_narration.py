@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specviz.decoding import run
-from specviz.ui import describe_iteration, next_of_kind, step_by
+from specviz.ui.inspection import describe_iteration, next_of_kind, step_by
 from specviz.viz import GLOSSARY, iteration_sentence, jump, stalls
 
 

@@ -8,7 +8,7 @@ import pytest
 from specviz.decoding import METHODS, run
 from specviz.models.registry import get_entry
 from specviz.presets import PRESET_BY_KEY, PRESETS
-from specviz.ui import PARAMETERS, methods_for, preset_controls
+from specviz.ui.controls import PARAMETERS, methods_for, preset_controls
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda preset: preset.key)

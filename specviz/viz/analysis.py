@@ -324,6 +324,40 @@ def latency_text(speedup: float) -> str:
     return f"{ratio_text(speedup)} latency speedup over AR" if speedup >= 1 else f"{ratio_text(speedup)} than AR"
 
 
+class Speedup(NamedTuple):
+    """AR's seconds over a method's from their undisturbed repeats, paired repeat by repeat (the i-th of
+    each ran back to back, so a slow spell of the machine touches both): median, lowest, highest."""
+
+    median: float
+    low: float
+    high: float
+    repeats: int
+
+
+def timed_speedup(trace: Trace, ar: Trace) -> Speedup | None:
+    """The latency speedup with its spread, where both runs were timed again equally often; None where
+    they were not (a GPU run's own clocks, a trace from before re-timing)."""
+    if trace.timings is None or ar.timings is None or len(trace.timings) != len(ar.timings):
+        return None
+    ratios = [a / m if m > 0 else math.nan for a, m in zip(ar.timings, trace.timings, strict=True)]
+    return Speedup(float(np.median(ratios)), min(ratios), max(ratios), len(ratios))
+
+
+def spread_text(speedup: Speedup) -> str:
+    """The range of a speedup over its repeats, in the words `ratio_text` uses: '1.65-1.80x over 3
+    timings', '1.21-1.32x slower', or '1.05x slower to 1.10x' where the repeats disagree on the side."""
+    low, high = speedup.low, speedup.high
+    if speedup.repeats == 1:
+        return "one timing"
+    if low >= 1:
+        span = f"{low:.2f}-{high:.2f}x"
+    elif high < 1:
+        span = f"{1 / high:.2f}-{1 / low:.2f}x slower"
+    else:
+        span = f"from {ratio_text(low)} to {high:.2f}x faster"
+    return f"{span} over {speedup.repeats} timings"
+
+
 def summary(trace: Trace, ar: Trace | None = None) -> dict:
     """Headline numbers of a run and, given the AR run of the same prompt and seed, its speedups.
 

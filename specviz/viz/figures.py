@@ -413,6 +413,18 @@ def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False)
     slowdown written as one ('1.19x slower')."""
     labels = [row["method"] + ("" if row["lossless"] else " (lossy)") for row in rows]
     hatch = ["" if row["lossless"] else "/" for row in rows]
+    spread = all("latency_low" in row for row in rows)  # every run timed again: whiskers from low to high
+    whiskers = {
+        "step_compression": None,
+        "latency_speedup": {
+            "type": "data",
+            "array": [row["latency_high"] - row["latency_speedup"] for row in rows],
+            "arrayminus": [row["latency_speedup"] - row["latency_low"] for row in rows],
+            "color": colors(dark)["committed"],
+        }
+        if spread and rows
+        else None,
+    }
     fig = go.Figure(
         [
             go.Bar(
@@ -423,6 +435,7 @@ def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False)
                 text=[ratio_text(row[key]) for row in rows],
                 textposition="outside",
                 cliponaxis=False,
+                error_y=whiskers[key],
             )
             for key, name, color in (
                 ("step_compression", "step compression (tokens per pass)", OKABE_ITO["blue"]),
@@ -433,7 +446,8 @@ def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False)
     fig.add_hline(y=1.0, line_dash="dash", line_color=colors(dark)["committed"], annotation_text="AR = 1x")
     fig.update_layout(barmode="group", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
     fig.update_yaxes(title="times AR", rangemode="tozero")
-    return _finish(fig, "methods against AR (hatched: lossy)", 460, dark, large)
+    title = "methods against AR (hatched: lossy" + ("; whiskers: lowest and highest timing)" if spread else ")")
+    return _finish(fig, title, 460, dark, large)
 
 
 def pass_cost_figure(costs: list, dark: bool = False, large: bool = False) -> go.Figure:

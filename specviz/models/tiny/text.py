@@ -44,3 +44,17 @@ class TextEncoder:
 def shared_text_encoder() -> TextEncoder:
     """One encoder per process: loading it takes seconds, and every session needs it."""
     return TextEncoder()
+
+
+@functools.lru_cache(maxsize=4)
+def _name_vectors(names: tuple[str, ...]) -> torch.Tensor:
+    """The unit vectors of a model's known names, computed once (about 3 s for tiny's 1,915 on a CPU)."""
+    return shared_text_encoder()(list(names))
+
+
+def nearest_known(text: str, names: tuple[str, ...], count: int = 3) -> list[tuple[str, float]]:
+    """The `count` names nearest to `text` by cosine similarity of their prompt embeddings, nearest
+    first: what a model conditioned on these embeddings draws for free text lies near these."""
+    similarity = _name_vectors(names) @ shared_text_encoder()([text])[0]
+    top = similarity.topk(min(count, len(names)))
+    return [(names[i], float(score)) for score, i in zip(top.values, top.indices, strict=True)]

@@ -1,0 +1,129 @@
+"""A method raced against AR on one device, and clocks that can be trusted afterwards.
+
+`Race` interleaves the two runs as the app shows them: whichever side is behind on its own clock
+advances one iteration, as if each had the device alone. Drawing the race competes with the model on
+a CPU (cores and the GIL, costing AR's many short passes more than a method's few long ones), so the
+clocks a race or a comparison reports come from `time_again`: every run repeated undisturbed, one
+after another in turns, reported as the median with its spread. The app and `python -m specviz race`
+both use these, so their numbers agree.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specviz.decoding.params import Parameters
+from specviz.decoding.runner import RunStream, run
+from specviz.inputs import InputError
+from specviz.models.protocol import ImageModel
+from specviz.models.settings import SamplingSettings
+from specviz.trace import Trace
+
+TIMINGS = 3  # undisturbed repeats of each run; the median is reported, the spread beside it
+TIMING_BUDGET = 20.0  # seconds of repeats the app spends at most once two rounds are done
+TIMINGS_ENV_VAR = "SPECVIZ_TIMINGS"  # a deployment's own count (fewer on a busy Space, more for a lecture)
+
+
+class Race:
+    """A method and AR on the same prompt, seed and sampling, advanced in turns by their own clocks."""
+
+    def __init__(
+        self,
+        model: ImageModel,
+        method: str,
+        prompt: str,
+        seed: int,
+        sampling: SamplingSettings | None = None,
+        params: Mapping[str, Any] | Parameters | None = None,
+    ):
+        self.contender = RunStream(model, method, prompt, seed, sampling, params)
+        self.baseline = RunStream(model, "ar", prompt, seed, sampling)
+        self._finished = {self.contender: False, self.baseline: False}
+
+    @property
+    def running(self) -> list[RunStream]:
+        """The sides whose image is not complete yet."""
+        return [stream for stream, done in self._finished.items() if not done]
+
+    @property
+    def finished(self) -> bool:
+        return not self.running
+
+    def step(self) -> RunStream | None:
+        """Advance the side that is behind on its own clock by one iteration; the side advanced, or
+        None once both images are complete."""
+        running = self.running
+        if not running:
+            return None
+        behind = min(running, key=lambda stream: stream.elapsed)
+        self._finished[behind] = behind.step() is None
+        return behind
+
+    def traces(self) -> tuple[Trace, Trace]:
+        """The method's trace and AR's, with the clocks of the race itself."""
+        return self.contender.trace(), self.baseline.trace()
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One run's seconds over its undisturbed repeats."""
+
+    seconds: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def timings_wanted() -> int:
+    """How many undisturbed repeats the app makes of each run: SPECVIZ_TIMINGS, else TIMINGS."""
+    value = os.environ.get(TIMINGS_ENV_VAR, str(TIMINGS)).strip()
+    if not value.isdigit() or not 1 <= int(value) <= 20:
+        raise InputError(f"{TIMINGS_ENV_VAR} must be a whole number from 1 to 20, got {value!r}")
+    return int(value)
+
+
+def needs_retiming(model: ImageModel) -> bool:
+    """Whether a race's or comparison's clocks must come from undisturbed repeats on this device.
+
+    On a CPU the live clocks are not trustworthy (drawing competes with the model); on a GPU the
+    device's own clock is, and repeating a real model's run would cost minutes."""
+    return model.device.type == "cpu"
+
+
+def repeat(model: ImageModel, trace: Trace) -> Trace:
+    """The same run (model, method, prompt, seed, settings) once more; it reproduces the tokens."""
+    sampling = SamplingSettings(**trace.sampling.model_dump())
+    return run(model, trace.method, trace.prompt, trace.seed, sampling, trace.params)
+
+
+def time_again(
+    model: ImageModel, traces: list[Trace], repeats: int = TIMINGS, budget: float = math.inf
+) -> Iterator[list[Timing] | None]:
+    """Repeat every run `repeats` times in turns (all runs once, then all again), yielding the timings
+    after each round; None (and nothing more) where a repeat did not reproduce its run's tokens, since
+    its clock would then time another computation. Rounds stop early once they have taken `budget`
+    seconds and two are done (a spread needs two): slow runs vary less, and a visitor waits for them."""
+    seconds: list[list[float]] = [[] for _ in traces]
+    started = time.perf_counter()
+    for done in range(repeats):
+        if done >= 2 and time.perf_counter() - started >= budget:
+            return
+        for trace, clocks in zip(traces, seconds, strict=True):
+            again = repeat(model, trace)
+            if again.tokens != trace.tokens:
+                yield None
+                return
+            clocks.append(again.seconds)
+        yield [Timing(tuple(clocks)) for clocks in seconds]
+
+
+def with_timing(trace: Trace, timing: Timing) -> Trace:
+    """The trace with its undisturbed repeats' clocks, `seconds` their median."""
+    return trace.model_copy(update={"seconds": timing.median, "timings": list(timing.seconds)})

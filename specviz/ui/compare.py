@@ -1,0 +1,163 @@
+"""The Compare tab: several methods against AR on one prompt and seed, timed as the race is; and what
+a model pass costs on this device, which decides whether fewer passes are faster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import gradio as gr
+
+from specviz import viz
+from specviz.decoding import run
+from specviz.decoding.cost import cost_sentence, pass_costs
+from specviz.decoding.race import TIMING_BUDGET, needs_retiming, time_again, timings_wanted, with_timing
+from specviz.inputs import check_prompt
+from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.trace import Trace
+from specviz.ui.controls import COMPARED, Controls, params_text, sampling_text
+from specviz.ui.service import get_model, gpu, on_compute_thread, user_errors
+
+COMPARING = "*Comparing "  # how Compare's note starts while it runs
+COMPARE_HEADERS = ["method", "parameters", "lossless", "NFE", "step compression", "seconds", "latency against AR"]
+
+
+def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]]:
+    """Compare's table (AR first) and the rows of its chart; ratios in words, a slowdown as one, the
+    latency speedup's spread over the undisturbed timings where the runs had them."""
+    same = viz.ratio_text(1.0)
+    table = [["ar", params_text(ar.params), "yes", ar.nfe, same, round(ar.seconds, 3), same]]
+    rows = []
+    for trace in traces:
+        facts = viz.summary(trace, ar)
+        spread = viz.timed_speedup(trace, ar)
+        latency = viz.ratio_text(facts["latency_speedup"])
+        row = {"method": trace.method, "lossless": trace.lossless, **facts}
+        if spread is not None:
+            latency += f" ({viz.spread_text(spread)})"
+            row.update(latency_low=spread.low, latency_high=spread.high)
+        rows.append(row)
+        table.append(
+            [
+                trace.method,
+                params_text(trace.params),
+                "yes" if trace.lossless else "no",
+                trace.nfe,
+                viz.ratio_text(facts["step_compression"]),
+                round(trace.seconds, 3),
+                latency,
+            ]
+        )
+    return table, rows
+
+
+def compare_caption(ar: Trace) -> str:
+    """What every row of Compare's table shares: model, prompt, seed, sampling, and how it was timed."""
+    sampling = SamplingSettings(**ar.sampling.model_dump())
+    how = (
+        f"seconds: the median of {len(ar.timings)} runs of each with nothing drawing, all runs in turns, as the "
+        "race times its two"
+        if ar.timings
+        else "clocks of the runs themselves"
+    )
+    return (
+        f"**{ar.model}** · prompt {ar.prompt!r} · seed {ar.seed} · sampling: {sampling_text(sampling)} "
+        f"(the same for every row) · {how}."
+    )
+
+
+@dataclass
+class CompareTab:
+    methods: gr.CheckboxGroup
+    button: gr.Button
+    note: gr.Markdown
+    table: gr.Dataframe
+    plot: gr.Plot
+    cost_button: gr.Button
+    cost_note: gr.Markdown
+    cost_plot: gr.Plot
+
+
+def build(method_names: list[str]) -> CompareTab:
+    with gr.Tab("Compare"):
+        methods = gr.CheckboxGroup(method_names, value=list(COMPARED), label="Methods")
+        button = gr.Button("Compare on this prompt and seed")
+        note = gr.Markdown(elem_id="compare-note")
+        table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False, wrap=True)
+        plot = gr.Plot()
+        with gr.Accordion("What a pass costs here (why fewer passes are not always faster)", open=False):
+            cost_button = gr.Button("Measure pass costs on this device", size="sm")
+            cost_note = gr.Markdown(elem_id="cost-note")
+            cost_plot = gr.Plot()
+    return CompareTab(methods, button, note, table, plot, cost_button, cost_note, cost_plot)
+
+
+def wire(tab: CompareTab, controls: Controls, runs: gr.State):
+    """Compare and the cost panel; returns Compare's event, which Stop cancels."""
+
+    @gpu
+    @user_errors
+    def compare(data: dict) -> Iterator[dict]:
+        selected = data[tab.methods]
+        if not selected:
+            raise SettingsError("choose at least one method to compare")
+        request = controls.request(data, method="ar")
+        chosen = get_model(request.model)
+        total = len(selected) + 1
+
+        def progress(note: str) -> str:
+            return f"{COMPARING}AR and {', '.join(selected)}: {note}...*"
+
+        yield {tab.table: [], tab.plot: None, tab.note: progress(f"0 of {total} runs done")}
+        ar = on_compute_thread(run, chosen, "ar", request.prompt, request.seed, request.sampling)
+        traces: list[Trace] = []
+        for name in selected:
+            params = request.params(name)
+            traces.append(on_compute_thread(run, chosen, name, request.prompt, request.seed, request.sampling, params))
+            yield {
+                tab.table: compare_rows(ar, traces)[0],
+                tab.note: progress(f"{len(traces) + 1} of {total} runs done"),
+            }
+        if needs_retiming(chosen):
+            wanted = timings_wanted()
+            rounds = time_again(chosen, [ar, *traces], wanted, TIMING_BUDGET)
+            done = 0
+            while (timings := on_compute_thread(next, rounds, False)) is not False:
+                if timings is None:  # a repeat drew other tokens: keep the first clocks, and say so below
+                    break
+                done += 1
+                ar, *traces = (with_timing(t, timing) for t, timing in zip([ar, *traces], timings, strict=True))
+                yield {tab.note: progress(f"timing all {total} runs again with nothing drawing, {done} of {wanted}")}
+        table, rows = compare_rows(ar, traces)
+        big, night = data[controls.large], data[controls.dark]
+        yield {
+            tab.table: table,
+            tab.plot: viz.comparison_figure(rows, dark=night, large=big),
+            tab.note: compare_caption(ar),
+        }
+
+    event = tab.button.click(
+        compare,
+        controls.run_inputs - {controls.method} | {tab.methods, controls.large, controls.dark},
+        [tab.table, tab.plot, tab.note],
+        concurrency_limit=1,
+        concurrency_id="gpu",
+    )
+
+    @gpu
+    @user_errors
+    def measure_costs(model_name: str, text: str, state: dict, big: bool, night: bool):
+        """Time passes of 1 to 33 tokens on the chosen model and say what that does to a speedup."""
+        chosen = get_model(model_name)
+        costs = on_compute_thread(pass_costs, chosen, check_prompt(text))
+        compression = viz.summary(state["trace"])["step_compression"] if state else None  # the last run's
+        return cost_sentence(costs, compression), viz.pass_cost_figure(costs, dark=night, large=big)
+
+    tab.cost_button.click(
+        measure_costs,
+        [controls.model, controls.prompt, runs, controls.large, controls.dark],
+        [tab.cost_note, tab.cost_plot],
+        concurrency_limit=1,
+        concurrency_id="gpu",
+    )
+    return event

@@ -1,0 +1,348 @@
+"""The Inspect tab: every iteration of the last run, one sentence each, with the window (or tree, or
+continuous drafts), the image so far, and the views of the whole run; jumps to what is instructive."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gradio as gr
+import plotly.graph_objects as go
+
+from specviz import viz
+from specviz.decoding import run
+from specviz.decoding.params import SpeculativeParameters
+from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.trace import Trace
+from specviz.ui.controls import Controls
+from specviz.ui.service import DISPLAY_SIZE, decoder_for, get_model, gpu, on_compute_thread, picture, user_errors
+
+PLAY_INTERVAL = 0.4  # seconds per iteration when playing back
+# left and right arrows step the Inspect slider (not while typing in a field)
+ARROW_KEYS = """() => {
+    document.addEventListener("keydown", (event) => {
+        const typing = ["INPUT", "TEXTAREA", "SELECT"].includes(document.activeElement?.tagName);
+        if (typing || (event.key !== "ArrowLeft" && event.key !== "ArrowRight")) return;
+        const button = document.getElementById(event.key === "ArrowLeft" ? "step-back" : "step-on");
+        if (button && button.offsetParent !== null) { button.click(); event.preventDefault(); }
+    });
+}"""
+READING_GUIDE = """
+- **Window (Jacobi methods)**: the grid shows the image's token cells after this pass: grey were
+  committed earlier, the window's drafts are coloured by their fate. Each draft was compared with
+  the model's new distribution at its cell; the accepted run (green) is committed at once, the first
+  rejected draft (vermillion) is resampled from the residual, and the drafts after it stay in the
+  window for the next pass: kept (blue) if their token is unchanged, redrawn (reddish purple) if it
+  changed; drafts entering the window for the first time are new (sky blue). The bars under the grid
+  give each draft's acceptance ratio, left to right in the window.
+  SCD's point is that fewer drafts are redrawn from one pass to the next.
+- **Draft tree (eagle2, peanut)**: one pass verifies a whole tree of guesses below the decided head
+  token; the path of accepted nodes is committed, then one more token is drawn from what the model
+  left after the refused siblings. Any drafter's guesses give exact samples; a better drafter only
+  makes the accepted path longer.
+- **Continuous tokens (tiny-continuous: cspd, cspd-exact)**: a token is 12 numbers, drawn by a small
+  diffusion head in 25 denoising steps; a draft model proposes gamma tokens, the target checks them in
+  one pass. The bars give each draft's acceptance probability min(1, r) and the tick the uniform that
+  decided it. cspd (the paper) denoises both models from the same noise and compares the last step's
+  densities times Sigma, the ratio of the earlier steps' variances: close to the target's
+  distribution, not exact. cspd-exact compares the densities of the draft's whole denoising path
+  under both models: exact, with acceptance measured rather than promised. The trajectory view draws
+  one draft's path (and for cspd the target's path from the same noise) in the token's first two
+  coordinates; the map shows which tokens were accepted drafts and which were resampled.
+- **Acceptance map**: per cell, how many tokens were committed together with it (long runs: the
+  easy, flat regions), the iteration that committed it, or how often it was drafted before it was
+  fixed.
+- **Depth map** (trees): the depth in its tree at which each token was accepted; grey cells were
+  drawn by the model after a refusal (depth 0), like an AR step. PEANUT adapts each tree's depth and
+  top-k to how far the tree to its left was accepted (the map beside it).
+- **NFE and latency**: model passes (NFE) and seconds against AR on the same prompt, seed and
+  sampling. Fewer passes pay only where a pass over many tokens costs little more than over one
+  (a GPU); on a CPU a long pass costs several short ones.
+"""
+
+
+def opened_at(trace: Trace) -> dict:
+    """The iteration slider for a new run: its range, at the iteration Inspect opens on
+    (`viz.opening_iteration`)."""
+    return gr.update(maximum=max(1, len(trace.iterations) - 1), value=viz.opening_iteration(trace))
+
+
+def neighbour_instructive(runs: dict, j: float, forward: bool) -> int | dict:
+    """The next (or previous) iteration after (before) j that accepted a draft; j itself where none is."""
+    if not runs:
+        return gr.update()
+    found = viz.instructive_iterations(runs["trace"])
+    later = [k for k in found if k > j] if forward else [k for k in reversed(found) if k < j]
+    return later[0] if later else int(j)
+
+
+def next_of_kind(kind: str, runs: dict, j: float) -> int | dict:
+    """The next iteration after j that shows `kind` (viz.JUMPS); j itself where none does."""
+    return viz.jump(runs["trace"], int(j), kind) if runs else gr.update()
+
+
+def step_by(offset: int, runs: dict, j: float) -> int | dict:
+    """One iteration back or on, within the run."""
+    if not runs:
+        return gr.update()
+    return max(0, min(int(j) + offset, len(runs["trace"].iterations) - 1))
+
+
+def describe_iteration(runs: dict, j: float) -> str:
+    """The sentence under the slider: what iteration j did."""
+    if not runs:
+        return ""
+    trace = runs["trace"]
+    return viz.iteration_sentence(trace, max(0, min(int(j), len(trace.iterations) - 1)))
+
+
+ITERATION_LABELS = {False: "Jacobi window", True: "Draft tree of this iteration"}
+CONTINUOUS_LABELS = {
+    "iteration": "Drafts of this pass and their acceptance ratios",
+    "paths": "Denoising trajectories of one draft (draft and target, same noise)",
+    "by_step": "Acceptance by generation step",
+}
+
+
+def iteration_views(runs: dict, j: int, large: bool, dark: bool) -> tuple:
+    """The views that follow the iteration slider: the window (a tree run: the tree) of iteration j, the
+    image after it, and (tree runs only) the depth map with iteration j's cells outlined."""
+    trace: Trace = runs["trace"]
+    j = max(0, min(int(j), len(trace.iterations) - 1))
+    decoder = decoder_for(trace)
+    tokens = viz.tokens_through(trace, j)
+    caption = f"{trace.method}: {len(tokens)} tokens after iteration {j}"
+    image = picture(decoder, tokens, caption, trace.geometry.order) if decoder else None
+    trees = viz.has_trees(trace)
+    if trace.continuous:
+        view = viz.ratio_bars_figure(trace, j, dark=dark, large=large)
+        paths = gr.update(
+            value=viz.trajectory_figure(trace, j, dark=dark, large=large),
+            visible=True,
+            label=CONTINUOUS_LABELS["paths"],
+        )
+        return gr.update(value=view, label=CONTINUOUS_LABELS["iteration"]), image, paths
+    if trees:
+        view = viz.tree_figure(trace, j, dark=dark, large=large)
+        depths = gr.update(
+            value=viz.depth_map_figure(trace, j, dark=dark, large=large), visible=True, label="Draft-tree depth map"
+        )
+    else:
+        view = viz.window_figure(trace, j, dark=dark, large=large)
+        depths = gr.update(value=None, visible=False)
+    return gr.update(value=view, label=ITERATION_LABELS[trees]), image, depths
+
+
+def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
+    """The views of the whole run: acceptance map, accepted length (tree runs: tau), drafts changed
+    (window runs only) or the tree shapes (tree runs only), and the race against AR."""
+    trace, ar = runs["trace"], runs.get("ar")
+    versus = viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else no_ar_figure(trace, dark, large)
+    if trace.continuous:
+        return (
+            viz.token_source_figure(trace, dark=dark, large=large),
+            gr.update(value=viz.accepted_length_figure(trace, dark=dark, large=large), label="Accepted per pass"),
+            gr.update(
+                value=viz.acceptance_by_step_figure([trace, *runs.get("contrast", [])], dark=dark, large=large),
+                visible=True,
+                label=CONTINUOUS_LABELS["by_step"],
+            ),
+            versus,
+            gr.update(value=None, visible=False),
+        )
+    trees = viz.has_trees(trace)
+    length = (viz.tau_figure if trees else viz.accepted_length_figure)(trace, dark=dark, large=large)
+    changed = None if trees else viz.changed_figure(trace, dark=dark, large=large)
+    shapes = viz.tree_shape_figure(trace, dark=dark, large=large) if trees else None
+    return (
+        viz.acceptance_map_figure(trace, kind, dark=dark, large=large),
+        gr.update(value=length, label="Tau per tree pass" if trees else "Accepted length per iteration"),
+        gr.update(value=changed, visible=not trees, label="Drafts changed per iteration"),
+        versus,
+        gr.update(value=shapes, visible=trees),
+    )
+
+
+def no_ar_figure(trace: Trace, dark: bool, large: bool) -> go.Figure:
+    """In place of the race against AR for a run that came without one (an uploaded trace): why it is empty."""
+    return viz.message_figure(
+        "NFE and latency against AR",
+        f"This {trace.method} trace came without an AR run of the same prompt and seed, so there is nothing "
+        "to compare its passes and seconds with. Press Run with these settings to race it against AR here.",
+        dark=dark,
+        large=large,
+    )
+
+
+def contrast_params(trace: Trace) -> dict | None:
+    """A continuous run's parameters with token pre-filling switched (off where it was on, the paper's
+    5% where it was off): the second run of the paper's figure 11; None for a run without pre-filling."""
+    prefill = trace.params.get("prefill")
+    if not trace.continuous or not isinstance(prefill, float):
+        return None
+    return {**trace.params, "prefill": 0.0 if prefill > 0 else SpeculativeParameters().prefill}
+
+
+def contrast_label(runs: dict) -> dict:
+    """The contrast button, shown for a run that has a pre-filling switch and no contrast run yet."""
+    trace = runs.get("trace") if runs else None
+    params = contrast_params(trace) if trace is not None else None
+    if params is None or runs.get("contrast"):
+        return gr.update(visible=False)
+    return gr.update(visible=True, value=f"Add this run with {params['prefill']:.0%} pre-filling (paper's figure 11)")
+
+
+def with_contrast(runs: dict, params: dict | None = None) -> dict:
+    """The runs with a second run of the same method, prompt, seed and sampling beside the first,
+    pre-filling switched (`contrast_params`) unless `params` says otherwise; drawn in acceptance by step."""
+    trace: Trace = runs["trace"]
+    params = params or contrast_params(trace)
+    if params is None:
+        raise SettingsError("only a continuous run with a pre-filling setting (cspd, cspd-exact) has a contrast")
+    model = get_model(trace.model)
+    sampling = SamplingSettings(**trace.sampling.model_dump())
+    second = on_compute_thread(run, model, trace.method, trace.prompt, trace.seed, sampling, params)
+    return {**runs, "contrast": [second]}
+
+
+@gpu
+@user_errors
+def contrast_runs(state: dict) -> dict:
+    """The same run with pre-filling switched, beside the first in acceptance by step."""
+    if not state:
+        raise SettingsError("run cspd or cspd-exact on tiny-continuous first")
+    return with_contrast(state)
+
+
+@dataclass
+class InspectTab:
+    iteration: gr.Slider
+    timer: gr.Timer
+    views: list  # what `refresh` sets, in its order
+    map_kind: gr.Radio
+    contrast_button: gr.Button
+
+
+def build() -> tuple[InspectTab, dict]:
+    """The tab's components; also returns its buttons by role, for `wire`."""
+    with gr.Tab("Inspect"):
+        with gr.Row():
+            iteration = gr.Slider(0, 1, value=0, step=1, label="Iteration (arrow keys step)")
+            play = gr.Button("Play", scale=0, size="sm", min_width=60)
+            pause = gr.Button("Pause", scale=0, size="sm", min_width=60)
+            speed = gr.Radio(
+                [("slow", 1.5), ("normal", PLAY_INTERVAL), ("fast", 0.1)],
+                value=PLAY_INTERVAL,
+                label="Playback",
+                scale=0,
+                min_width=220,
+            )
+        with gr.Row():
+            step_back = gr.Button("\u25c0", scale=0, size="sm", min_width=40, elem_id="step-back")
+            step_on = gr.Button("\u25b6", scale=0, size="sm", min_width=40, elem_id="step-on")
+            previous_button = gr.Button("\u25c0 Previous acceptance", scale=0, size="sm", min_width=140)
+            next_button = gr.Button("Next acceptance \u25b6", scale=0, size="sm", min_width=140)
+            jump_buttons = {
+                kind: gr.Button(label, scale=0, size="sm", min_width=140)
+                for kind, label in (
+                    ("rejection", "Next rejection \u25b6"),
+                    ("long", "Next long run \u25b6"),
+                    ("stall", "Next stall \u25b6"),
+                )
+            }
+        iteration_note = gr.Markdown(elem_id="iteration-note")  # one sentence: what this pass did
+        with gr.Row():
+            window_plot = gr.Plot(label=ITERATION_LABELS[False])
+            iteration_image = gr.Image(label="Image at this iteration", height=DISPLAY_SIZE, format="png")
+        map_kind = gr.Radio(
+            [
+                ("iteration that committed each cell", "iteration"),
+                ("accepted run length", "run_length"),
+                ("times drafted before fixed", "redraws"),
+            ],
+            value="run_length",
+            label="Acceptance map",
+        )
+        with gr.Row():
+            map_plot = gr.Plot(label="Acceptance map")
+            race_plot = gr.Plot(label="NFE and latency against AR")
+        with gr.Row():
+            length_plot = gr.Plot(label="Accepted length per iteration")
+            with gr.Column():
+                changed_plot = gr.Plot(label="Drafts changed per iteration")  # window methods; continuous: by step
+                contrast_button = gr.Button(visible=False, size="sm", elem_id="contrast-button")
+            depth_plot = gr.Plot(label="Draft-tree depth map", visible=False)  # tree methods
+        shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False)  # tree methods
+        with gr.Accordion("How to read these views", open=False):
+            gr.Markdown(READING_GUIDE, elem_id="reading-guide")
+        with gr.Accordion("Glossary", open=False):
+            gr.Markdown(viz.GLOSSARY, elem_id="glossary")
+        timer = gr.Timer(PLAY_INTERVAL, active=False)
+    views = [window_plot, iteration_image, depth_plot, map_plot, length_plot, changed_plot, race_plot, shape_plot]
+    tab = InspectTab(iteration, timer, views, map_kind, contrast_button)
+    buttons = {
+        "play": play, "pause": pause, "speed": speed, "step_back": step_back, "step_on": step_on,
+        "previous": previous_button, "next": next_button, "jumps": jump_buttons, "note": iteration_note,
+    }  # fmt: skip
+    return tab, buttons
+
+
+def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> Callable:
+    """Slider, playback, jumps and views; returns `refresh`, which a new run's event chains."""
+    _window_plot, _iteration_image, _depth_plot = tab.views[:3]
+    iteration, timer = tab.iteration, tab.timer
+
+    @user_errors
+    def refresh(state: dict, j: float, kind: str, big: bool, night: bool):
+        if not state:
+            return (gr.update(),) * (len(tab.views) + 1)
+        figures = (*iteration_views(state, j, big, night), *overview_figures(state, kind, big, night))
+        return (*figures, contrast_label(state))
+
+    view_inputs = [runs, iteration, tab.map_kind, controls.large, controls.dark]
+    view_outputs = [*tab.views, tab.contrast_button]
+    for control in (tab.map_kind, controls.large, controls.dark):
+        control.change(refresh, view_inputs, view_outputs)
+
+    @user_errors
+    def at_iteration(state: dict, j: float, big: bool, night: bool):
+        if not state:
+            return gr.update(), gr.update(), gr.update()
+        return iteration_views(state, j, big, night)
+
+    iteration.change(at_iteration, [runs, iteration, controls.large, controls.dark], tab.views[:3])
+
+    def tick(state: dict, j: float):
+        if not state or j >= len(state["trace"].iterations) - 1:
+            return gr.update(), gr.Timer(active=False)
+        return int(j) + 1, gr.update()
+
+    timer.tick(tick, [runs, iteration], [iteration, timer])
+    buttons["play"].click(lambda: gr.Timer(active=True), None, timer)
+    buttons["pause"].click(lambda: gr.Timer(active=False), None, timer)
+
+    def previous_acceptance(state: dict, j: float):
+        return neighbour_instructive(state, j, forward=False)
+
+    def next_acceptance(state: dict, j: float):
+        return neighbour_instructive(state, j, forward=True)
+
+    buttons["previous"].click(previous_acceptance, [runs, iteration], iteration)
+    buttons["next"].click(next_acceptance, [runs, iteration], iteration)
+    for kind, button in buttons["jumps"].items():
+        button.click(functools.partial(next_of_kind, kind), [runs, iteration], iteration)
+    buttons["step_back"].click(functools.partial(step_by, -1), [runs, iteration], iteration)
+    buttons["step_on"].click(functools.partial(step_by, 1), [runs, iteration], iteration)
+    iteration.change(describe_iteration, [runs, iteration], buttons["note"])
+    buttons["speed"].change(lambda seconds: gr.Timer(value=seconds), buttons["speed"], timer)
+
+    tab.contrast_button.click(
+        contrast_runs, runs, runs, concurrency_limit=1, concurrency_id="gpu", show_progress="minimal"
+    ).then(refresh, view_inputs, view_outputs)
+
+    def refresh_after(event):
+        """Chain the views' refresh after an event that sets `runs`."""
+        return event.then(refresh, view_inputs, view_outputs)
+
+    return refresh_after

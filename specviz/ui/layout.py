@@ -1,0 +1,97 @@
+"""The page: header, presets, the side panel and the four tabs, and what spans them (Stop, presets,
+large type, dark mode). Each tab builds its components and wires its handlers in its own module."""
+
+from __future__ import annotations
+
+import functools
+
+import gradio as gr
+
+from specviz import viz
+from specviz.presets import PRESET_BY_KEY, PRESETS
+from specviz.ui import compare, controls, inspection, race, replay
+from specviz.ui.service import get_model, on_compute_thread, quiet_checks
+
+CSS = """
+:root body.specviz-large {
+  --text-xxs: 14px; --text-xs: 16px; --text-sm: 18px; --text-md: 20px; --text-lg: 24px; --text-xl: 30px;
+  --text-xxl: 36px; --body-text-size: 20px; --prose-text-size: 20px; --prose-header-text-weight: 700;
+  --block-title-text-size: 20px; --block-label-text-size: 18px; --block-info-text-size: 18px;
+  --input-text-size: 20px; --button-large-text-size: 24px; --button-medium-text-size: 20px;
+  --button-small-text-size: 18px; --checkbox-label-text-size: 20px; --section-header-text-size: 20px;
+}
+#specviz-header h1 { margin-bottom: 0; }
+.lossy-note, .lossy-note * { color: #D55E00 !important; font-weight: 600; }
+"""
+TOGGLE_LARGE = "(large) => { document.body.classList.toggle('specviz-large', large); }"
+TOGGLE_DARK = "(dark) => { document.body.classList.toggle('dark', dark); }"
+
+
+def build() -> gr.Blocks:
+    """The whole app; `app.py` launches it."""
+    get_model("tiny")  # load the embedded model and prompt encoder now, so the first Run starts at once
+    from specviz.models.tiny.text import shared_text_encoder
+
+    on_compute_thread(shared_text_encoder)
+
+    # Gradio removes the files it cached for the browser (images, uploads) after an hour
+    with gr.Blocks(title="specviz: speculative and Jacobi decoding, visible", delete_cache=(3600, 3600)) as demo:
+        runs = gr.State({})
+        gr.Markdown(
+            "# specviz\nSpeculative and Jacobi decoding for autoregressive image generation, made visible. "
+            "Pick a method: it runs next to vanilla AR on the same prompt and seed, and every iteration is "
+            f"recorded. Colours (colour-blind safe): {viz.swatches()}.",
+            elem_id="specviz-header",
+        )
+        with gr.Row(elem_id="presets", equal_height=True):  # one press sets everything and races
+            gr.Markdown("**Presets**: the papers' findings, live", elem_id="presets-title")
+            preset_buttons = {
+                p.key: gr.Button(p.label, size="sm", min_width=100, elem_id=f"preset-{p.key}") for p in PRESETS
+            }
+        with gr.Row():
+            with gr.Column(scale=1, min_width=300):
+                side = controls.build()
+            with gr.Column(scale=3):
+                race_tab = race.build()
+                inspect_tab, inspect_buttons = inspection.build()
+                compare_tab = compare.build(controls.methods_for("tiny"))
+                replay_tab = replay.build()
+
+        controls.wire(side, compare_tab.methods)
+        refresh_after = inspection.wire(inspect_tab, inspect_buttons, side, runs)
+        racer, race_inputs, race_outputs, race_options = race.wire(
+            race_tab, side, runs, inspect_tab.iteration, replay_tab.downloads
+        )
+        race_event = side.run_button.click(racer, race_inputs, race_outputs, **race_options)
+        side.run_button.click(lambda: "", None, race_tab.preset_note, queue=False)  # one's own run: no preset story
+        refresh_after(race_event)
+        preset_outputs = side.preset_outputs(compare_tab.methods, race_tab.preset_note)
+        preset_races = []
+        for key, button in preset_buttons.items():
+            raced = button.click(functools.partial(controls.preset_controls, key), None, preset_outputs).then(
+                racer, race_inputs, race_outputs, **race_options
+            )
+            preset_races.append(raced)
+            if PRESET_BY_KEY[key].contrast:  # the finding is a comparison of two runs in Inspect
+                raced = raced.then(inspection.contrast_runs, runs, runs, concurrency_id="gpu")
+            refresh_after(raced)
+        compare_event = compare.wire(compare_tab, side, runs)
+        replay.wire(replay_tab, side, runs, inspect_tab.iteration, refresh_after)
+
+        def stop(*shown: str) -> tuple:
+            """Cancel a race or a comparison and say so, with how far it got; stop playing back."""
+            return (*race.stopped(*shown), gr.Timer(active=False))
+
+        side.stop_button.click(
+            stop,
+            [race_tab.summary, race_tab.method_counter, race_tab.ar_counter, compare_tab.note],
+            [race_tab.summary, compare_tab.note, inspect_tab.timer],
+            cancels=[race_event, *preset_races, compare_event],
+        )
+        demo.load(None, None, None, js=inspection.ARROW_KEYS)
+        side.large.change(None, side.large, None, js=TOGGLE_LARGE)
+        side.dark.change(None, side.dark, None, js=TOGGLE_DARK)
+    for block in demo.blocks.values():
+        if isinstance(block, gr.components.Component):
+            quiet_checks(block)
+    return demo

@@ -1,0 +1,220 @@
+"""The Race tab: the chosen method and AR side by side, filling in live, with the method's window,
+drafts and fates drawn on its picture, then a summary whose clocks come from undisturbed repeats."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import gradio as gr
+
+from specviz import viz
+from specviz.decoding import RunStream
+from specviz.decoding.race import TIMING_BUDGET, Race, needs_retiming, time_again, timings_wanted, with_timing
+from specviz.trace import Trace
+from specviz.ui.compare import COMPARING
+from specviz.ui.controls import Controls
+from specviz.ui.inspection import opened_at
+from specviz.ui.service import DISPLAY_SIZE, decodable, get_model, gpu, on_compute_thread, picture, user_errors
+
+FRAME_INTERVAL = 0.1  # seconds between streamed UI updates during a race
+
+
+def counter(method: str, nfe: int, tokens: int, total: int, seconds: float) -> str:
+    return f"**{method}** · NFE {nfe} · {tokens}/{total} tokens · {seconds:.2f} s"
+
+
+def live_counter(stream: RunStream) -> str:
+    total = stream.session.geometry.seq_len
+    return counter(stream.method, stream.session.nfe, len(stream.tokens), total, stream.elapsed)
+
+
+def final_counter(trace: Trace) -> str:
+    return counter(trace.method, trace.nfe, len(trace.tokens), len(trace.geometry.layout), trace.seconds)
+
+
+def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: int = 0) -> str:
+    """The race's result in two lines: the headline ratios (the latency speedup with its spread where
+    both runs were timed again), then passes, seconds and how they were timed. `drawing_shared`: the
+    clocks are the race's own on a device where drawing competed with the model; `timing`: the undisturbed
+    repeats planned, while they still run (the summary then starts with RETIMING, which Stop reads)."""
+    facts = viz.summary(trace, ar)
+    lossless = (
+        "lossless: it samples exactly AR's distribution, though not the same image, as the two spend their "
+        "random numbers differently"
+        if trace.lossless
+        else "**lossy**: its images follow a distribution that differs from AR's"
+    )
+    spread = viz.timed_speedup(trace, ar)
+    if spread is not None:
+        how = (
+            f"seconds: the median of {spread.repeats} runs of each with nothing drawing, AR and "
+            f"{trace.method} in turns (same seed, same tokens)"
+        )
+    elif drawing_shared:
+        how = "seconds: the race's own clocks, which also paid for drawing it"
+    else:
+        how = "each side's clock counts only its own compute (the two runs are interleaved on one device)"
+    tau = f", mean tau {viz.per_tree(trace)['tau'].mean():.2f} per tree" if viz.has_trees(trace) else ""
+    if trace.continuous:
+        tested = [f for it in trace.iterations for f in it.continuous.fate if f != "discarded"]
+        rate = f", {tested.count('accepted') / len(tested):.0%} of drafts accepted" if tested else ""
+        tau = f" of the target and {trace.draft_nfe - 1} of the draft{rate}"
+    headline = (
+        f"### {trace.method}: {viz.ratio_text(facts['step_compression'])} step compression, "
+        f"{viz.latency_text(facts['latency_speedup'])}" + (f" ({viz.spread_text(spread)})" if spread else "")
+    )
+    pending = ""
+    if timing:
+        rounds = len(trace.timings or ())
+        pending = f"{RETIMING} {rounds} of {timing} done: the clocks below are provisional.*\n\n"
+    return (
+        f"{pending}{headline}\n"
+        f"{trace.method} ({lossless}): {trace.nfe} passes{tau}, {trace.seconds:.2f} s · "
+        f"AR: {ar.nfe} passes, {ar.seconds:.2f} s · same prompt, seed and sampling; {how}."
+    )
+
+
+RACING = "*Racing "  # how the summary starts while a race runs (Stop reads it)
+RETIMING = "*Timing both runs again with nothing drawing:"
+
+
+def racing(method: str) -> str:
+    """The summary while a race runs, in place of the previous run's."""
+    return f"{RACING}{method} against AR...*"
+
+
+def stopped(summary: str, method_counter: str, ar_counter: str, compare_note: str) -> tuple:
+    """What Stop leaves in the race summary and in Compare's note, where one was running: that it was
+    stopped and how far it got (the race's counters as they stood; Compare's rows so far)."""
+    race_note = compare_text = gr.update()
+    if summary.startswith(RETIMING):  # both runs finished and Inspect shows them; only clocks were pending
+        progress, _, result = summary.partition("\n\n")
+        done = progress.removeprefix(RETIMING).split(" done")[0].strip()
+        race_note = (
+            f"**Stopped** while timing the runs again ({done} rounds done): the seconds below come from "
+            f"those rounds only, or from the race itself where none had finished.\n\n{result}"
+        )
+    elif summary.startswith(RACING):
+        race_note = (
+            f"**Stopped** before the end. How far it got: {method_counter or 'nothing yet'}; "
+            f"{ar_counter or 'nothing yet'}. Inspect still shows the previous run, if any."
+        )
+    if compare_note.startswith(COMPARING):
+        compare_text = "**Stopped**: the table shows the runs that had finished, with their first, untimed clocks."
+    return race_note, compare_text
+
+
+@dataclass
+class RaceTab:
+    method_image: gr.Image
+    method_counter: gr.Markdown
+    ar_image: gr.Image
+    ar_counter: gr.Markdown
+    summary: gr.Markdown
+    preset_note: gr.Markdown  # what the pressed preset shows
+
+
+def build() -> RaceTab:
+    with gr.Tab("Race"):
+        with gr.Row():
+            with gr.Column():
+                method_image = gr.Image(label="Method", height=DISPLAY_SIZE, format="png")
+                method_counter = gr.Markdown(elem_id="method-counter")
+            with gr.Column():
+                ar_image = gr.Image(label="Vanilla AR", height=DISPLAY_SIZE, format="png")
+                ar_counter = gr.Markdown(elem_id="ar-counter")
+        summary = gr.Markdown(elem_id="race-summary")
+        preset_note = gr.Markdown(elem_id="preset-note")
+    return RaceTab(method_image, method_counter, ar_image, ar_counter, summary, preset_note)
+
+
+def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, downloads: gr.File):
+    """The race handler; returns it with its inputs, outputs and options, for Run and the presets."""
+
+    @gpu
+    @user_errors
+    def race(data: dict) -> Iterator[dict]:
+        request = controls.request(data)
+        chosen = get_model(request.model)
+        contest = on_compute_thread(
+            Race, chosen, request.method, request.prompt, request.seed, request.sampling, request.params()
+        )
+        shown: dict[RunStream, int] = {}
+        # the previous run's images, counters, summary and downloads go at once: they describe another run
+        yield {
+            tab.method_image: None,
+            tab.method_counter: "",
+            tab.ar_image: None,
+            tab.ar_counter: "",
+            tab.summary: racing(request.method),
+            downloads: None,
+        }
+
+        def side(stream: RunStream, image, count) -> dict:
+            """One side's image and counter, where it has moved since the last frame."""
+            if shown.get(stream) == len(stream.tokens):
+                return {}
+            shown[stream] = len(stream.tokens)
+            description = f"{stream.method}: {len(stream.tokens)} tokens, live"
+            picture_now = picture(chosen, stream.decodable, description, stream.order)
+            if stream is contest.contender and stream.iterations:  # the last pass's drafts, on the picture
+                picture_now = viz.pass_overlay(picture_now, stream.trace(), len(stream.iterations) - 1, dark=False)
+                picture_now.info["Description"] = description
+            return {image: picture_now, count: live_counter(stream)}
+
+        def both() -> dict:
+            return {
+                **side(contest.contender, tab.method_image, tab.method_counter),
+                **side(contest.baseline, tab.ar_image, tab.ar_counter),
+            }
+
+        last = 0.0
+        while on_compute_thread(contest.step) is not None:
+            if time.perf_counter() - last > FRAME_INTERVAL:
+                last = time.perf_counter()
+                yield both()
+        trace, ar = contest.traces()
+        # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns
+        wanted = timings_wanted() if needs_retiming(chosen) else 0
+        yield {
+            tab.method_image: final_picture(chosen, trace),
+            tab.ar_image: final_picture(chosen, ar),
+            tab.method_counter: final_counter(trace),
+            tab.ar_counter: final_counter(ar),
+            tab.summary: race_summary(trace, ar, drawing_shared=wanted > 0, timing=wanted),
+            runs: {"trace": trace, "ar": ar},
+            iteration: opened_at(trace),
+        }
+        if not wanted:
+            return
+        rounds = time_again(chosen, [trace, ar], wanted, TIMING_BUDGET)
+        while (timings := on_compute_thread(next, rounds, False)) is not False:
+            if timings is None:  # a repeat drew other tokens: its clock would time another computation
+                yield {tab.summary: race_summary(trace, ar, drawing_shared=True)}
+                return
+            trace, ar = (with_timing(t, timing) for t, timing in zip((trace, ar), timings, strict=True))
+            yield {
+                tab.method_counter: final_counter(trace),
+                tab.ar_counter: final_counter(ar),
+                tab.summary: race_summary(trace, ar, drawing_shared=True, timing=wanted),
+                runs: {"trace": trace, "ar": ar},
+            }
+        yield {tab.summary: race_summary(trace, ar, drawing_shared=True)}  # the rounds are done
+
+    inputs = controls.run_inputs
+    outputs = [tab.method_image, tab.method_counter, tab.ar_image, tab.ar_counter, tab.summary, runs, iteration]
+    options = {
+        "concurrency_limit": 1,
+        "concurrency_id": "gpu",
+        "show_progress": "hidden",  # the images and counters are the progress; a spinner only costs CPU
+    }
+    return race, inputs, [*outputs, downloads], options
+
+
+def final_picture(model, trace: Trace):
+    """A finished run's displayed image."""
+    return picture(
+        model, decodable(trace), f"{trace.method}: {trace.prompt!r}, seed {trace.seed}", trace.geometry.order
+    )

@@ -1,0 +1,116 @@
+"""The race scheduler and its clocks (specviz.decoding.race), the `race` command, the speedup's spread,
+the nearest known caption for free text, and a replayed race's pair of traces."""
+
+import re
+
+import pytest
+
+import specviz.decoding.race as race
+from specviz.cli import main
+from specviz.decoding import run
+from specviz.inputs import InputError
+from specviz.trace import Trace, TraceError
+from specviz.viz.analysis import Speedup, spread_text, timed_speedup
+
+
+def test_a_race_draws_exactly_the_two_runs_it_races(tiny):
+    """Interleaving changes nothing of either run: each side's tokens and passes are those of its own run,
+    and the side advanced is always the one behind on its own clock."""
+    contest = race.Race(tiny, "sjd", "red apple", 2, params={"window": 8})
+    while contest.running:
+        behind = min(contest.running, key=lambda stream: stream.elapsed)
+        assert contest.step() is behind
+    trace, ar = contest.traces()
+    alone = run(tiny, "sjd", "red apple", 2, params={"window": 8})
+    assert trace.tokens == alone.tokens and trace.nfe == alone.nfe
+    assert ar.tokens == run(tiny, "ar", "red apple", 2).tokens and ar.nfe == 256
+    assert contest.finished and contest.step() is None
+
+
+def test_timing_again_reports_each_round_and_refuses_a_run_that_changed(tiny, monkeypatch):
+    trace = run(tiny, "sjd", "sun", 0, params={"window": 32})
+    rounds = list(race.time_again(tiny, [trace], repeats=3))
+    assert [len(r[0].seconds) for r in rounds] == [1, 2, 3]  # the clocks so far after each round
+    final = rounds[-1]
+    timed = race.with_timing(trace, final[0])
+    assert timed.timings == list(final[0].seconds) and timed.seconds == sorted(final[0].seconds)[1]
+    assert timed.tokens == trace.tokens and trace.timings is None  # the original is left as it was
+
+    def other_tokens(model, t):  # a repeat that does not reproduce its run times another computation
+        return t.model_copy(update={"tokens": [0] * len(t.tokens)})
+
+    monkeypatch.setattr(race, "repeat", other_tokens)
+    assert list(race.time_again(tiny, [trace], repeats=3)) == [None]
+
+
+def test_timing_stops_after_two_rounds_once_its_budget_is_spent(tiny):
+    trace = run(tiny, "ar", "sun", 0)
+    assert len(list(race.time_again(tiny, [trace], repeats=5, budget=0.0))) == 2  # a spread needs two
+
+
+@pytest.mark.parametrize("value, ok", [("2", True), ("20", True), ("0", False), ("x", False), ("21", False)])
+def test_the_deployment_chooses_how_often_runs_are_timed(monkeypatch, value, ok):
+    monkeypatch.setenv("SPECVIZ_TIMINGS", value)
+    if ok:
+        assert race.timings_wanted() == int(value)
+    else:
+        with pytest.raises(InputError, match="SPECVIZ_TIMINGS must be a whole number from 1 to 20"):
+            race.timings_wanted()
+
+
+def test_the_speedup_spread_pairs_repeats_and_reads_as_people_say_it(tiny):
+    trace = run(tiny, "sjd", "sun", 0)
+    method = trace.model_copy(update={"timings": [1.0, 2.0, 1.0]})
+    ar = trace.model_copy(update={"method": "ar", "timings": [2.0, 2.0, 3.0]})
+    assert timed_speedup(method, ar) == Speedup(2.0, 1.0, 3.0, 3)  # ratios 2, 1, 3 paired by repeat
+    assert timed_speedup(method, trace) is None  # AR was not timed again: no spread to claim
+    assert spread_text(Speedup(1.7, 1.6, 1.8, 3)) == "1.60-1.80x over 3 timings"
+    assert spread_text(Speedup(0.8, 0.75, 0.8, 2)) == "1.25-1.33x slower over 2 timings"
+    assert spread_text(Speedup(1.0, 0.95, 1.1, 3)) == "from 1.05x slower to 1.10x faster over 3 timings"
+    assert Trace.model_validate_json(method.model_dump_json()).timings == [1.0, 2.0, 1.0]  # saved with the trace
+
+
+def test_the_race_command_prints_passes_and_the_speedup_with_its_spread(capsys):
+    assert main(["race", "--method", "sjd", "--prompt", "sun", "--window", "8", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "median of 2 undisturbed runs of each" in out
+    assert re.search(r"\| sjd \| \d+ \| 256 \| [\d.]+x \| [\d.]+ \| [\d.]+-[\d.]+ \|", out)
+    assert re.search(r"\| ar \| 256 \| 256 \| 1.00x \|", out)
+    assert re.search(r"latency speedup over AR: [\d.]+x( slower)? \(.* over 2 timings\)", out)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--method", "ar"], "race a method against AR"),
+        (["--repeats", "-1"], "--repeats must be from 0 to 20"),
+        (["--window", "0"], "window"),
+    ],
+)
+def test_the_race_command_refuses_bad_input(capsys, arguments, message):
+    assert main(["race", *arguments]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_free_text_is_offered_the_nearest_name_the_model_knows():
+    from specviz.ui.controls import prompt_hint
+
+    line, nearest = prompt_hint("tiny", "a slice of pizza")
+    assert nearest == "pizza" and "*pizza* (0." in line and "was not trained on this text" in line
+    assert prompt_hint("tiny", "Red Apple") == ("", None)  # a name it knows, in any case
+    assert prompt_hint("tiny", "  ") == ("", None)
+    assert prompt_hint("emu3", "a slice of pizza") == ("", None)  # no list of names for a hub model
+
+
+def test_a_replayed_race_pairs_the_method_with_its_ar_run(tiny):
+    from specviz.ui.replay import replayed
+
+    trace, ar = run(tiny, "sjd", "sun", 1), run(tiny, "ar", "sun", 1)
+    assert replayed([ar, trace]) == {"trace": trace, "ar": ar}  # in either order
+    assert replayed([trace]) == {"trace": trace}
+    with pytest.raises(TraceError, match="not of the same model, prompt, seed"):
+        replayed([trace, run(tiny, "ar", "sun", 2)])
+    with pytest.raises(TraceError, match="one must be the AR run"):
+        replayed([trace, trace])
+    with pytest.raises(TraceError, match="got 3 files"):
+        replayed([trace, ar, ar])
