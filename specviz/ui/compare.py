@@ -118,12 +118,14 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
                 tab.table: compare_rows(ar, traces)[0],
                 tab.note: progress(f"{len(traces) + 1} of {total} runs done"),
             }
+        abandoned = ""
         if needs_retiming(chosen):
             wanted = timings_wanted()
             rounds = time_again(chosen, [ar, *traces], wanted, TIMING_BUDGET)
             done = 0
             while (timings := on_compute_thread(next, rounds, False)) is not False:
-                if timings is None:  # a repeat drew other tokens: keep the first clocks, and say so below
+                if timings is None:  # a repeat drew other tokens: keep the clocks so far, and say so
+                    abandoned = " Timing again was abandoned: a repeat drew other tokens."
                     break
                 done += 1
                 ar, *traces = (with_timing(t, timing) for t, timing in zip([ar, *traces], timings, strict=True))
@@ -133,7 +135,7 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
         yield {
             tab.table: table,
             tab.plot: viz.comparison_figure(rows, dark=night, large=big),
-            tab.note: compare_caption(ar),
+            tab.note: compare_caption(ar) + abandoned,
         }
 
     event = tab.button.click(

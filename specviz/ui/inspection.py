@@ -272,13 +272,14 @@ def build() -> tuple[InspectTab, dict]:
             with gr.Column():
                 changed_plot = gr.Plot(label="Drafts changed per iteration")  # window methods; continuous: by step
                 contrast_button = gr.Button(visible=False, size="sm", elem_id="contrast-button")
-            depth_plot = gr.Plot(label="Draft-tree depth map", visible=False)  # tree methods
-        shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False)  # tree methods
+        with gr.Row():  # two to a row: three leave a 1280 x 720 projector's plots too narrow for their titles
+            depth_plot = gr.Plot(label="Draft-tree depth map", visible=False)  # trees; continuous: trajectories
+            shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False)  # tree methods
         with gr.Accordion("How to read these views", open=False):
             gr.Markdown(READING_GUIDE, elem_id="reading-guide")
         with gr.Accordion("Glossary", open=False):
             gr.Markdown(viz.GLOSSARY, elem_id="glossary")
-        timer = gr.Timer(PLAY_INTERVAL, active=False)
+    timer = gr.Timer(PLAY_INTERVAL, active=False)  # outside the tab: playback goes on while another is open
     views = [window_plot, iteration_image, depth_plot, map_plot, length_plot, changed_plot, race_plot, shape_plot]
     tab = InspectTab(iteration, timer, views, map_kind, contrast_button)
     buttons = {
@@ -288,8 +289,9 @@ def build() -> tuple[InspectTab, dict]:
     return tab, buttons
 
 
-def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> Callable:
-    """Slider, playback, jumps and views; returns `refresh`, which a new run's event chains."""
+def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> tuple[Callable, gr.events.Dependency]:
+    """Slider, playback, jumps and views; returns what chains the views' refresh after an event that sets
+    `runs`, and the contrast run's event (Stop cancels it)."""
     _window_plot, _iteration_image, _depth_plot = tab.views[:3]
     iteration, timer = tab.iteration, tab.timer
 
@@ -337,12 +339,13 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
     iteration.change(describe_iteration, [runs, iteration], buttons["note"])
     buttons["speed"].change(lambda seconds: gr.Timer(value=seconds), buttons["speed"], timer)
 
-    tab.contrast_button.click(
+    contrast_event = tab.contrast_button.click(
         contrast_runs, runs, runs, concurrency_limit=1, concurrency_id="gpu", show_progress="minimal"
-    ).then(refresh, view_inputs, view_outputs)
+    )
+    contrast_event.success(refresh, view_inputs, view_outputs)
 
     def refresh_after(event):
         """Chain the views' refresh after an event that sets `runs`."""
         return event.then(refresh, view_inputs, view_outputs)
 
-    return refresh_after
+    return refresh_after, contrast_event

@@ -8,6 +8,7 @@ import functools
 import gradio as gr
 
 from specviz import viz
+from specviz.decoding.race import timings_wanted
 from specviz.presets import PRESET_BY_KEY, PRESETS
 from specviz.ui import compare, controls, inspection, race, replay
 from specviz.ui.service import get_model, on_compute_thread, quiet_checks
@@ -29,6 +30,7 @@ TOGGLE_DARK = "(dark) => { document.body.classList.toggle('dark', dark); }"
 
 def build() -> gr.Blocks:
     """The whole app; `app.py` launches it."""
+    timings_wanted()  # a wrong SPECVIZ_TIMINGS is a message at start, not after a race
     get_model("tiny")  # load the embedded model and prompt encoder now, so the first Run starts at once
     from specviz.models.tiny.text import shared_text_encoder
 
@@ -58,7 +60,7 @@ def build() -> gr.Blocks:
                 replay_tab = replay.build()
 
         controls.wire(side, compare_tab.methods)
-        refresh_after = inspection.wire(inspect_tab, inspect_buttons, side, runs)
+        refresh_after, contrast_event = inspection.wire(inspect_tab, inspect_buttons, side, runs)
         racer, race_inputs, race_outputs, race_options = race.wire(
             race_tab, side, runs, inspect_tab.iteration, replay_tab.downloads
         )
@@ -73,7 +75,8 @@ def build() -> gr.Blocks:
             )
             preset_races.append(raced)
             if PRESET_BY_KEY[key].contrast:  # the finding is a comparison of two runs in Inspect
-                raced = raced.then(inspection.contrast_runs, runs, runs, concurrency_id="gpu")
+                raced = raced.success(inspection.contrast_runs, runs, runs, concurrency_id="gpu")
+                preset_races.append(raced)
             refresh_after(raced)
         compare_event = compare.wire(compare_tab, side, runs)
         replay.wire(replay_tab, side, runs, inspect_tab.iteration, refresh_after)
@@ -86,7 +89,7 @@ def build() -> gr.Blocks:
             stop,
             [race_tab.summary, race_tab.method_counter, race_tab.ar_counter, compare_tab.note],
             [race_tab.summary, compare_tab.note, inspect_tab.timer],
-            cancels=[race_event, *preset_races, compare_event],
+            cancels=[race_event, *preset_races, compare_event, contrast_event],
         )
         demo.load(None, None, None, js=inspection.ARROW_KEYS)
         side.large.change(None, side.large, None, js=TOGGLE_LARGE)

@@ -89,12 +89,13 @@ def stopped(summary: str, method_counter: str, ar_counter: str, compare_note: st
     """What Stop leaves in the race summary and in Compare's note, where one was running: that it was
     stopped and how far it got (the race's counters as they stood; Compare's rows so far)."""
     race_note = compare_text = gr.update()
-    if summary.startswith(RETIMING):  # both runs finished and Inspect shows them; only clocks were pending
+    if summary.startswith(RETIMING):  # both runs had finished; only their clocks were pending
         progress, _, result = summary.partition("\n\n")
         done = progress.removeprefix(RETIMING).split(" done")[0].strip()
         race_note = (
             f"**Stopped** while timing the runs again ({done} rounds done): the seconds below come from "
-            f"those rounds only, or from the race itself where none had finished.\n\n{result}"
+            f"those rounds only, or from the race itself where none had finished. Inspect still shows the "
+            f"previous run, if any.\n\n{result}"
         )
     elif summary.startswith(RACING):
         race_note = (
@@ -174,34 +175,41 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         while on_compute_thread(contest.step) is not None:
             if time.perf_counter() - last > FRAME_INTERVAL:
                 last = time.perf_counter()
-                yield both()
+                frame = both()
+                if frame:  # an empty frame is not an update Gradio accepts
+                    yield frame
         trace, ar = contest.traces()
         # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns
         wanted = timings_wanted() if needs_retiming(chosen) else 0
-        yield {
+        finished = {
             tab.method_image: final_picture(chosen, trace),
             tab.ar_image: final_picture(chosen, ar),
             tab.method_counter: final_counter(trace),
             tab.ar_counter: final_counter(ar),
             tab.summary: race_summary(trace, ar, drawing_shared=wanted > 0, timing=wanted),
-            runs: {"trace": trace, "ar": ar},
-            iteration: opened_at(trace),
         }
         if not wanted:
+            yield {**finished, runs: {"trace": trace, "ar": ar}, iteration: opened_at(trace)}
             return
+        # Inspect takes the runs once their clocks are final: its views are drawn after the race, whole
+        yield finished
         rounds = time_again(chosen, [trace, ar], wanted, TIMING_BUDGET)
+        note = ""
         while (timings := on_compute_thread(next, rounds, False)) is not False:
             if timings is None:  # a repeat drew other tokens: its clock would time another computation
-                yield {tab.summary: race_summary(trace, ar, drawing_shared=True)}
-                return
+                note = " Timing again was abandoned: a repeat drew other tokens, so its clock would time another run."
+                break
             trace, ar = (with_timing(t, timing) for t, timing in zip((trace, ar), timings, strict=True))
             yield {
                 tab.method_counter: final_counter(trace),
                 tab.ar_counter: final_counter(ar),
                 tab.summary: race_summary(trace, ar, drawing_shared=True, timing=wanted),
-                runs: {"trace": trace, "ar": ar},
             }
-        yield {tab.summary: race_summary(trace, ar, drawing_shared=True)}  # the rounds are done
+        yield {
+            tab.summary: race_summary(trace, ar, drawing_shared=True) + note,
+            runs: {"trace": trace, "ar": ar},
+            iteration: opened_at(trace),
+        }
 
     inputs = controls.run_inputs
     outputs = [tab.method_image, tab.method_counter, tab.ar_image, tab.ar_counter, tab.summary, runs, iteration]
