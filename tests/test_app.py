@@ -50,7 +50,7 @@ def _race(client: Client, **changes):
 def _latest(client: Client, values: list) -> list:
     """A race's outputs as the page ends up showing them: each output's last value sent (the race sends
     its images when the runs finish, then only clocks and summary while it times them again)."""
-    job = client.submit(*values, api_name="/race")
+    job = client.submit(*values, "live", api_name="/race")  # the race speed comes last
     job.result()
     frames = job.outputs()
     return [next((frame[i] for frame in reversed(frames) if not _skip(frame[i])), None) for i in range(len(frames[-1]))]
@@ -164,7 +164,7 @@ def test_bad_sampling_and_parameters_are_messages(server):
         values = list(RACE)
         values[position] = value
         with pytest.raises(Exception, match=message):
-            client.predict(*values, api_name="/race")
+            client.predict(*values, "live", api_name="/race")
 
 
 def test_a_model_the_deployment_does_not_offer_is_refused(server, monkeypatch):
@@ -309,7 +309,7 @@ def test_compare_is_timed_as_the_race_is_and_states_its_settings(server, monkeyp
 
 def test_a_new_race_clears_the_last_summary_and_downloads(server):
     client = Client(server, verbose=False, download_files=False)  # every frame's images stay on the server
-    job = client.submit(*RACE, api_name="/race")
+    job = client.submit(*RACE, "live", api_name="/race")
     job.result()
     first = job.outputs()[0]
     method_image, method_counter, ar_image, ar_counter, summary, _, downloads = first
@@ -322,7 +322,7 @@ def test_stop_says_stopped_and_how_far_and_cancels_compare(server):
     from specviz.ui.race import RETIMING, racing, stopped
 
     counters = ("**sjd** · NFE 9 · 40/256 tokens · 0.20 s", "**ar** · NFE 60 · 60/256 tokens · 0.30 s")
-    race_note, compare_note = stopped(racing("sjd"), *counters, "")
+    race_note, compare_note = stopped(racing("sjd"), *counters, None)  # Compare's note never set: None
     assert race_note.startswith("**Stopped**") and "40/256 tokens" in race_note and "60/256" in race_note
     assert compare_note == {"__type__": "update"}  # no comparison was running
     race_note, compare_note = stopped(RETIMING, *counters, f"{COMPARING}...")
@@ -487,3 +487,20 @@ def test_inspect_explains_how_to_read_each_view(server):
     text = guide["props"]["value"]
     for view in ("Window", "Draft tree", "Acceptance map", "Depth map", "NFE and latency"):
         assert f"**{view}" in text, view
+
+
+def test_slow_motion_shows_every_pass_of_the_method(server, monkeypatch):
+    """In slow motion the race sends a frame after each of the method's passes (here without the pause,
+    which only holds each frame on screen); live it sends one every FRAME_INTERVAL."""
+    import specviz.ui.race as race_tab
+
+    monkeypatch.setattr(race_tab, "SLOW_MOTION_PAUSE", 0.0)
+    monkeypatch.setenv("SPECVIZ_TIMINGS", "1")
+    client = Client(server, verbose=False, download_files=False)
+    values = list(RACE)
+    values[4 + PARAMETERS.index("window")] = 64
+    job = client.submit(*values, "slow", api_name="/race")
+    job.result()
+    counters = [frame[1] for frame in job.outputs() if isinstance(frame[1], str) and "NFE" in frame[1]]
+    passes = sorted({int(re.search(r"NFE (\d+)", counter).group(1)) for counter in counters})
+    assert passes == list(range(1, passes[-1] + 1))  # not one pass of the method skipped

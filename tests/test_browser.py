@@ -111,3 +111,27 @@ def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser)
         time.sleep(0.05)
     told = _text(browser, "iteration-note")
     assert told.startswith("Iteration 17 ") and "no draft accepted" in told  # the stall's first pass
+
+
+def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
+    """Slow motion shows the method pass by pass; Stop cancels the race and says how far each side got
+    (Compare's note, never set on a fresh page, reaches the handler as None)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server)
+    wait = WebDriverWait(browser, 60)
+    slow = "//*[@id='race-speed']//label[contains(., 'slow motion')]"
+    wait.until(expected_conditions.element_to_be_clickable((By.XPATH, slow))).click()
+    browser.find_element(By.ID, "run-button").click()
+    pressed = time.perf_counter()
+    while time.perf_counter() - pressed < 60 and "NFE 3 " not in _text(browser, "method-counter"):
+        time.sleep(0.05)
+    browser.find_element(By.XPATH, "//button[normalize-space()='Stop']").click()
+    stopped = time.perf_counter()
+    while time.perf_counter() - stopped < 20 and not _text(browser, "race-summary").startswith("Stopped"):
+        time.sleep(0.05)
+    summary = _text(browser, "race-summary")
+    assert summary.startswith("Stopped before the end") and "/256 tokens" in summary
+    assert int(re.search(r"NFE (\d+)", summary).group(1)) < 20  # slow motion: a few passes, not the whole run

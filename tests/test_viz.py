@@ -49,7 +49,7 @@ from specviz.viz import (
     window_figure,
     window_size,
 )
-from specviz.viz.figures import OFFSET_TITLE
+from specviz.viz.figures import OFFSET_TITLE, RATIO_TITLE
 from specviz.viz.palette import LABELS, NOW_LABEL, OPTIONAL_STATES, legend_states
 
 LAYOUT = [-1, -1, -1, -1, 7, -1, -1, -1, -1]
@@ -432,6 +432,17 @@ def test_window_offset_axis_is_the_runs_window(sjd):
         assert list(fig.layout.xaxis2.range) == [-0.5, 15.5]
         assert fig.layout.xaxis2.title.text == OFFSET_TITLE
         assert fig.layout.xaxis.side == "top"  # the grid's columns are not above the offsets
+
+
+def test_large_type_enlarges_the_bars_subtitle_and_keeps_the_rejected_label_off_the_axis(sjd):
+    j, it = next((j, it) for j, it in enumerate(sjd.iterations) if it.rejected_at is not None and it.rejected_at < 4)
+    for large in (False, True):
+        fig = window_figure(sjd, j, large=large)
+        subtitle = next(a for a in fig.layout.annotations if a.text == RATIO_TITLE[large])
+        assert subtitle.font.size == fig.layout.font.size  # as large as every other text of the figure
+        label = next(a for a in fig.layout.annotations if a.text == "rejected")
+        assert label.ax > it.rejected_at  # leans right, away from the ratio axis's tick labels
+    assert len(RATIO_TITLE[True]) < len(RATIO_TITLE[False])
 
 
 def test_rejected_draft_is_marked_however_small_its_ratio(sjd):

@@ -18,7 +18,11 @@ from specviz.ui.controls import Controls
 from specviz.ui.inspection import opened_at
 from specviz.ui.service import DISPLAY_SIZE, decodable, get_model, gpu, on_compute_thread, picture, user_errors
 
-FRAME_INTERVAL = 0.1  # seconds between streamed UI updates during a race
+# seconds between streamed UI updates during a race: at 0.1 s the drawing (decode, PNG, browser) took the
+# race to 1.7-2.1x the two runs' compute on 2 cores, at 0.2 s 1.3-1.4x
+FRAME_INTERVAL = 0.2
+SLOW_MOTION_PAUSE = 0.6  # seconds each pass of the method stays on screen in slow motion
+SPEEDS = [("live", "live"), ("slow motion: every pass of the method", "slow")]
 
 
 def counter(method: str, nfe: int, tokens: int, total: int, seconds: float) -> str:
@@ -85,9 +89,13 @@ def racing(method: str) -> str:
     return f"{RACING}{method} against AR...*"
 
 
-def stopped(summary: str, method_counter: str, ar_counter: str, compare_note: str) -> tuple:
+def stopped(summary: str | None, method_counter: str | None, ar_counter: str | None, compare_note: str | None) -> tuple:
     """What Stop leaves in the race summary and in Compare's note, where one was running: that it was
-    stopped and how far it got (the race's counters as they stood; Compare's rows so far)."""
+    stopped and how far it got (the race's counters as they stood; Compare's rows so far). A text never
+    set arrives as None."""
+    summary, method_counter, ar_counter, compare_note = (
+        text or "" for text in (summary, method_counter, ar_counter, compare_note)
+    )
     race_note = compare_text = gr.update()
     if summary.startswith(RETIMING):  # both runs had finished; only their clocks were pending
         progress, _, result = summary.partition("\n\n")
@@ -115,6 +123,7 @@ class RaceTab:
     ar_counter: gr.Markdown
     summary: gr.Markdown
     preset_note: gr.Markdown  # what the pressed preset shows
+    speed: gr.Radio
 
 
 def build() -> RaceTab:
@@ -128,7 +137,14 @@ def build() -> RaceTab:
                 ar_counter = gr.Markdown(elem_id="ar-counter")
         summary = gr.Markdown(elem_id="race-summary")
         preset_note = gr.Markdown(elem_id="preset-note")
-    return RaceTab(method_image, method_counter, ar_image, ar_counter, summary, preset_note)
+        speed = gr.Radio(
+            SPEEDS,
+            value="live",
+            label="Race speed",
+            info="slow motion pauses on every pass of the method (the clocks count compute only)",
+            elem_id="race-speed",
+        )
+    return RaceTab(method_image, method_counter, ar_image, ar_counter, summary, preset_note, speed)
 
 
 def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, downloads: gr.File):
@@ -138,6 +154,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
     @user_errors
     def race(data: dict) -> Iterator[dict]:
         request = controls.request(data)
+        slow = data[tab.speed] == "slow"
         chosen = get_model(request.model)
         contest = on_compute_thread(
             Race, chosen, request.method, request.prompt, request.seed, request.sampling, request.params()
@@ -172,12 +189,15 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             }
 
         last = 0.0
-        while on_compute_thread(contest.step) is not None:
-            if time.perf_counter() - last > FRAME_INTERVAL:
+        while (advanced := on_compute_thread(contest.step)) is not None:
+            paced = slow and advanced is contest.contender  # slow motion: every pass of the method, for a while
+            if paced or (not slow and time.perf_counter() - last > FRAME_INTERVAL):
                 last = time.perf_counter()
                 frame = both()
-                if frame:  # an empty frame is not an update Gradio accepts
+                if frame:  # an empty frame (nothing moved) is not an update Gradio accepts
                     yield frame
+                    if paced:
+                        time.sleep(SLOW_MOTION_PAUSE)
         trace, ar = contest.traces()
         # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns
         wanted = timings_wanted() if needs_retiming(chosen) else 0
@@ -211,7 +231,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             iteration: opened_at(trace),
         }
 
-    inputs = controls.run_inputs
+    inputs = controls.run_inputs | {tab.speed}
     outputs = [tab.method_image, tab.method_counter, tab.ar_image, tab.ar_counter, tab.summary, runs, iteration]
     options = {
         "concurrency_limit": 1,

@@ -31,7 +31,9 @@ MESSAGE_CHARS = {False: 56, True: 32}  # characters per line of a message in pla
 TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): the app lays its plot label
 # and toolbar over the top of the figure
 STRIP = 0.12  # height of the fate strip under the ratio bars, in units of the ratio axis
-OFFSET_TITLE = "draft offset in the window (0 = first draft)"  # not the grid's columns, drawn above it
+OFFSET_TITLE = "offset in the window (0 = first draft)"  # not the grid's columns, drawn above it
+# the bars' subtitle; in large type (as big as the axis titles) the short form fits a half-width plot
+RATIO_TITLE = {False: "acceptance ratio min(1, p_new/p_old) per draft", True: "ratio min(1, p_new/p_old)"}
 MAP_TITLES = {
     "iteration": "iteration that committed each cell",
     "run_length": "tokens committed together with each cell",
@@ -172,8 +174,8 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         rows=2,
         cols=1,
         row_heights=[0.72, 0.28],
-        vertical_spacing=0.1,
-        subplot_titles=("", "acceptance ratio min(1, p_new/p_old) per draft"),
+        vertical_spacing=0.14 if large else 0.1,
+        subplot_titles=("", RATIO_TITLE[large]),
     )
     fig.add_trace(_state_heatmap(grid.state, grid_hover, dark, name="grid"), row=1, col=1)
     palette = colors(dark)
@@ -218,11 +220,13 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
             row=2,
             col=1,
         )
+        # the label leans away from the nearer end, clear of the ratio axis's tick labels
+        lean = 2.5 if it.rejected_at < max(width, 1) / 2 else -2.5
         fig.add_annotation(
             text="rejected",
             x=it.rejected_at,
             y=0,
-            ax=it.rejected_at,
+            ax=it.rejected_at + lean,
             ay=0.6,
             xref="x2",
             yref="y2",
@@ -286,10 +290,14 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
             showarrow=False,
             font={"size": 14},
         )
+    # large type: the offset axis's title grows, so the legend moves down clear of it
+    legend_y = -0.24 if large else -0.14
     fig.update_layout(
-        barmode="overlay", legend={"orientation": "h", "yanchor": "top", "y": -0.14, "x": 0.5, "xanchor": "center"}
+        barmode="overlay", legend={"orientation": "h", "yanchor": "top", "y": legend_y, "x": 0.5, "xanchor": "center"}
     )
-    return _finish(fig, window_title(trace, j), 760, dark, large)
+    fig = _finish(fig, window_title(trace, j), 760, dark, large)
+    fig.update_annotations(selector={"text": RATIO_TITLE[large]}, font_size=fig.layout.font.size)  # as the rest
+    return fig
 
 
 def acceptance_map_figure(trace: Trace, kind: str, dark: bool = False, large: bool = False) -> go.Figure:
