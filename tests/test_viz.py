@@ -443,6 +443,13 @@ def test_large_type_enlarges_the_bars_subtitle_and_keeps_the_rejected_label_off_
         label = next(a for a in fig.layout.annotations if a.text == "rejected")
         assert label.ax > it.rejected_at  # leans right, away from the ratio axis's tick labels
     assert len(RATIO_TITLE[True]) < len(RATIO_TITLE[False])
+    normal, large = window_figure(sjd, j), window_figure(sjd, j, large=True)
+
+    def grid_pixels(fig) -> float:  # the height the grid's row of the figure gets, margins taken off
+        low, high = fig.layout.yaxis.domain
+        return (high - low) * (fig.layout.height - fig.layout.margin.t - (fig.layout.margin.b or 80))
+
+    assert grid_pixels(large) >= grid_pixels(normal)  # large type does not shrink the grid
 
 
 def test_rejected_draft_is_marked_however_small_its_ratio(sjd):

@@ -295,7 +295,8 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
     fig.update_layout(
         barmode="overlay", legend={"orientation": "h", "yanchor": "top", "y": legend_y, "x": 0.5, "xanchor": "center"}
     )
-    fig = _finish(fig, window_title(trace, j), 760, dark, large)
+    # large type: taller as well, so the grid grows with the text instead of giving way to it
+    fig = _finish(fig, window_title(trace, j), 900 if large else 760, dark, large)
     fig.update_annotations(selector={"text": RATIO_TITLE[large]}, font_size=fig.layout.font.size)  # as the rest
     return fig
 

@@ -1,0 +1,72 @@
+"""The app's handlers called directly, without a server: the Blocks are built, each handler is found by
+its API name and given its inputs as the browser would (a dict keyed by component for set inputs)."""
+
+import gradio as gr
+import pytest
+
+from specviz.models.registry import get_entry
+from specviz.ui.controls import PARAMETERS
+from specviz.ui.race import RACING
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from specviz.ui import build
+
+    return build()
+
+
+def handler(demo, api_name: str):
+    return next(fn for fn in demo.fns.values() if fn.api_name == api_name)
+
+
+def named(fn, **values) -> dict:
+    """The handler's set inputs keyed by component, from values named by each component's label; the
+    rest at the component's own value, as a fresh page sends them."""
+    by_name = {}
+    for component in fn.inputs:
+        label = getattr(component, "label", None)
+        by_name[component] = values.get(label, component.value)
+    return by_name
+
+
+def by_label(frame: dict) -> dict:
+    """A frame's updates keyed by each component's label, or its element id where it has no label."""
+    return {getattr(c, "label", None) or getattr(c, "elem_id", None): value for c, value in frame.items()}
+
+
+def test_the_race_handler_clears_first_then_hands_inspect_its_timed_runs(demo, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_TIMINGS", "2")
+    race = handler(demo, "race")
+    assert race.inputs_as_dict  # named inputs, no positional unpacking
+    data = named(race, Prompt="sun", Seed=1)
+    frames = list(race.fn(data))
+    first, last = by_label(frames[0]), by_label(frames[-1])
+    assert first["Method"] is None and first["Vanilla AR"] is None and first["race-summary"].startswith(RACING)
+    state = next(v for c, v in frames[-1].items() if isinstance(c, gr.State))
+    trace, ar = state["trace"], state["ar"]
+    assert (trace.method, ar.method, trace.prompt, trace.seed) == ("sjd", "ar", "sun", 1)
+    assert len(trace.timings) == len(ar.timings) == 2 and "over 2 timings" in last["race-summary"]
+    provisional = [by_label(f)["race-summary"] for f in frames if "race-summary" in by_label(f)]
+    assert any(s.startswith("*Timing both runs again") for s in provisional)  # said while it timed
+    assert not last["race-summary"].startswith("*Timing")
+
+
+def test_the_compare_handler_refuses_no_method_and_reads_its_named_inputs(demo, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_TIMINGS", "1")
+    compare = handler(demo, "compare")
+    with pytest.raises(gr.Error, match="choose at least one method"):
+        list(compare.fn(named(compare, Methods=[])))
+    frames = list(compare.fn(named(compare, Methods=["scd-mc"], Prompt="sun", **{"Window W": 32})))
+    note = next(v for c, v in frames[-1].items() if getattr(c, "elem_id", None) == "compare-note")
+    table = next(v for c, v in frames[-1].items() if isinstance(c, gr.Dataframe))
+    assert "'sun'" in note and [row[0] for row in table] == ["ar", "scd-mc"] and table[1][1].startswith("window 32")
+
+
+def test_the_method_controls_follow_the_method(demo):
+    changed = handler(demo, "method_changed")
+    updates = changed.fn("peanut")
+    shown = {name for name, update in zip(PARAMETERS, updates, strict=False) if update.get("visible")}
+    assert "drafter" in shown and "window" not in shown
+    _, top_k, _, guidance = handler(demo, "model_defaults").fn("emu3")  # its release settings
+    assert (top_k["value"], guidance["value"]) == (get_entry("emu3").sampling().top_k, 3.0)
