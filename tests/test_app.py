@@ -74,7 +74,7 @@ def _expected_image(tiny, method, prompt, seed) -> np.ndarray:
 
 def test_a_race_shows_both_images_and_the_summary(server, tiny):
     client = Client(server, verbose=False)
-    method_image, method_counter, ar_image, ar_counter, summary, iteration, _ = _race(client)
+    method_image, method_counter, ar_image, ar_counter, summary, iteration, _, _ = _race(client)
     assert "step compression" in summary and re.search("latency speedup over AR|slower than AR", summary)
     assert "the median of 2 runs of each with nothing drawing" in summary  # on a CPU: re-timed undisturbed
     assert re.search(r"\((from )?\d\.\d\d.*x.* over 2 timings\)", summary.splitlines()[0])  # with its spread
@@ -90,7 +90,7 @@ def test_a_race_on_the_continuous_pair(server, monkeypatch):
     client = Client(server, verbose=False)
     # choosing the model gives the method list of its kind of tokens, as the browser does
     client.predict("tiny-continuous", api_name="/methods_of")
-    method_image, method_counter, ar_image, ar_counter, summary, _, _ = _race(
+    method_image, method_counter, ar_image, ar_counter, summary, _, _, _ = _race(
         client, model="tiny-continuous", method="cspd", gamma=8
     )
     assert "256/256 tokens" in method_counter and "NFE 256" in ar_counter
@@ -312,7 +312,7 @@ def test_a_new_race_clears_the_last_summary_and_downloads(server):
     job = client.submit(*RACE, "live", api_name="/race")
     job.result()
     first = job.outputs()[0]
-    method_image, method_counter, ar_image, ar_counter, summary, _, downloads = first
+    method_image, method_counter, ar_image, ar_counter, summary, _, downloads, _ = first
     assert summary.startswith("*Racing sjd against AR") and downloads is None
     assert (method_image, method_counter, ar_image, ar_counter) == (None, "", None, "")
 

@@ -77,6 +77,8 @@ def test_press_run_and_watch_the_race(server, browser):
     browser.save_screenshot(str(SCREENSHOTS / "race.png"))
     print(f"first frame after {first_frame:.2f} s, summary after {finished:.2f} s; AR counts seen: {sorted(seen)}")
     assert "step compression" in summary and re.search("latency speedup over AR|slower than AR", summary)
+    bars = _text(browser, "race-bars")
+    assert "model passes (NFE)" in bars and "seconds" in bars and "256" in bars  # NFE and clocks as bars
     assert len([n for n in seen if n < 256]) >= 2, f"the AR image should fill in over several frames, saw {seen}"
     assert first_frame is not None and first_frame < 5.0
 

@@ -114,3 +114,15 @@ def test_a_replayed_race_pairs_the_method_with_its_ar_run(tiny):
         replayed([trace, trace])
     with pytest.raises(TraceError, match="got 3 files"):
         replayed([trace, ar, ar])
+
+
+def test_the_race_bars_grow_on_fixed_scales():
+    """Passes on the scale of the image's tokens (AR's passes for the whole image), seconds on the longer
+    clock so far; names escaped."""
+    from specviz.ui.race import race_bars
+
+    bars = race_bars([("sjd", 44, 0.5), ("ar", 128, 1.0)], total=256)
+    widths = [float(w) for w in re.findall(r"width:([\d.]+)%", bars)]
+    assert widths == [17.2, 50.0, 50.0, 100.0]  # sjd 44 of 256 passes, AR half; sjd half of AR's seconds
+    assert "model passes (NFE)" in bars and "0.50 s" in bars
+    assert "&lt;b&gt;" in race_bars([("<b>", 1, 0.0), ("ar", 1, 0.0)], total=4)

@@ -23,6 +23,12 @@ CSS = """
 }
 #specviz-header h1 { margin-bottom: 0; }
 .lossy-note, .lossy-note * { color: #D55E00 !important; font-weight: 600; }
+.race-bars { display: grid; gap: 2px; font-size: var(--text-md); }
+.race-bars-title { font-weight: 600; margin-top: 4px; }
+.race-bar { display: grid; grid-template-columns: 5em 1fr 6em; align-items: center; gap: 8px; }
+.race-bar-track { height: 1.1em; background: var(--background-fill-secondary); border-radius: 3px; }
+.race-bar-fill { display: block; height: 100%; border-radius: 3px; transition: width 0.15s linear; }
+.race-bar-value { font-variant-numeric: tabular-nums; }
 """
 TOGGLE_LARGE = "(large) => { document.body.classList.toggle('specviz-large', large); }"
 TOGGLE_DARK = "(dark) => { document.body.classList.toggle('dark', dark); }"

@@ -3,6 +3,7 @@ drafts and fates drawn on its picture, then a summary whose clocks come from und
 
 from __future__ import annotations
 
+import html
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -115,6 +116,30 @@ def stopped(summary: str | None, method_counter: str | None, ar_counter: str | N
     return race_note, compare_text
 
 
+def race_bars(sides: list[tuple[str, int, float]], total: int, dark: bool = False) -> str:
+    """The race's NFE and clocks as bars that grow (HTML): passes on a fixed scale of `total` (AR's
+    passes for the whole image), seconds on the scale of the longer clock so far; method then AR, in
+    the colours of Inspect's race figure."""
+    palette = viz.colors(dark)
+    longest = max((seconds for _, _, seconds in sides), default=0.0) or 1.0
+    rows = []
+    for measure, value_of, scale, text in (
+        ("model passes (NFE)", lambda nfe, seconds: nfe, total, lambda nfe, seconds: f"{nfe}"),
+        ("seconds", lambda nfe, seconds: seconds, longest, lambda nfe, seconds: f"{seconds:.2f} s"),
+    ):
+        rows.append(f'<div class="race-bars-title">{measure}</div>')
+        for index, (method, nfe, seconds) in enumerate(sides):
+            colour = palette["committed"] if method == "ar" else palette["accepted"]
+            width = min(100.0, 100.0 * value_of(nfe, seconds) / scale)
+            rows.append(
+                f'<div class="race-bar"><span class="race-bar-name">{html.escape(method)}</span>'
+                f'<span class="race-bar-track"><span class="race-bar-fill" data-side="{index}" '
+                f'style="width:{width:.1f}%;background:{colour}"></span></span>'
+                f'<span class="race-bar-value">{text(nfe, seconds)}</span></div>'
+            )
+    return '<div class="race-bars">' + "".join(rows) + "</div>"
+
+
 @dataclass
 class RaceTab:
     method_image: gr.Image
@@ -124,6 +149,7 @@ class RaceTab:
     summary: gr.Markdown
     preset_note: gr.Markdown  # what the pressed preset shows
     speed: gr.Radio
+    bars: gr.HTML  # NFE and clocks of both sides, growing
 
 
 def build() -> RaceTab:
@@ -135,6 +161,7 @@ def build() -> RaceTab:
             with gr.Column():
                 ar_image = gr.Image(label="Vanilla AR", height=DISPLAY_SIZE, format="png")
                 ar_counter = gr.Markdown(elem_id="ar-counter")
+        bars = gr.HTML(elem_id="race-bars")
         summary = gr.Markdown(elem_id="race-summary")
         preset_note = gr.Markdown(elem_id="preset-note")
         speed = gr.Radio(
@@ -144,7 +171,7 @@ def build() -> RaceTab:
             info="slow motion pauses on every pass of the method (the clocks count compute only)",
             elem_id="race-speed",
         )
-    return RaceTab(method_image, method_counter, ar_image, ar_counter, summary, preset_note, speed)
+    return RaceTab(method_image, method_counter, ar_image, ar_counter, summary, preset_note, speed, bars)
 
 
 def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, downloads: gr.File):
@@ -168,6 +195,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             tab.ar_counter: "",
             tab.summary: racing(request.method),
             downloads: None,
+            tab.bars: "",
         }
 
         def side(stream: RunStream, image, count) -> dict:
@@ -182,11 +210,21 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
                 picture_now.info["Description"] = description
             return {image: picture_now, count: live_counter(stream)}
 
+        total = contest.baseline.session.geometry.seq_len
+
+        def bars(*runs: Trace) -> str:
+            return race_bars([(run.method, run.nfe, run.seconds) for run in runs], total)
+
+        def live_bars() -> str:
+            streams = (contest.contender, contest.baseline)
+            return race_bars([(s.method, s.session.nfe, s.elapsed) for s in streams], total)
+
         def both() -> dict:
-            return {
+            moved = {
                 **side(contest.contender, tab.method_image, tab.method_counter),
                 **side(contest.baseline, tab.ar_image, tab.ar_counter),
             }
+            return {**moved, tab.bars: live_bars()} if moved else {}
 
         last = 0.0
         while (advanced := on_compute_thread(contest.step)) is not None:
@@ -207,6 +245,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             tab.method_counter: final_counter(trace),
             tab.ar_counter: final_counter(ar),
             tab.summary: race_summary(trace, ar, drawing_shared=wanted > 0, timing=wanted),
+            tab.bars: bars(trace, ar),
         }
         if not wanted:
             yield {**finished, runs: {"trace": trace, "ar": ar}, iteration: opened_at(trace)}
@@ -224,6 +263,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
                 tab.method_counter: final_counter(trace),
                 tab.ar_counter: final_counter(ar),
                 tab.summary: race_summary(trace, ar, drawing_shared=True, timing=wanted),
+                tab.bars: bars(trace, ar),
             }
         yield {
             tab.summary: race_summary(trace, ar, drawing_shared=True) + note,
@@ -238,7 +278,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         "concurrency_id": "gpu",
         "show_progress": "hidden",  # the images and counters are the progress; a spinner only costs CPU
     }
-    return race, inputs, [*outputs, downloads], options
+    return race, inputs, [*outputs, downloads, tab.bars], options
 
 
 def final_picture(model, trace: Trace):
