@@ -74,7 +74,7 @@ def _expected_image(tiny, method, prompt, seed) -> np.ndarray:
 
 def test_a_race_shows_both_images_and_the_summary(server, tiny):
     client = Client(server, verbose=False)
-    method_image, method_counter, ar_image, ar_counter, summary, iteration, _, _ = _race(client)
+    method_image, method_counter, ar_image, ar_counter, summary, iteration, _, _, race_map, map_title = _race(client)
     assert "step compression" in summary and re.search("latency speedup over AR|slower than AR", summary)
     assert "the median of 2 runs of each with nothing drawing" in summary  # on a CPU: re-timed undisturbed
     assert re.search(r"\((from )?\d\.\d\d.*x.* over 2 timings\)", summary.splitlines()[0])  # with its spread
@@ -83,6 +83,10 @@ def test_a_race_shows_both_images_and_the_summary(server, tiny):
     assert np.array_equal(shown[0], _expected_image(tiny, "sjd", "red apple", 3))
     assert np.array_equal(shown[1], _expected_image(tiny, "ar", "red apple", 3))
     assert iteration["maximum"] >= 1  # the inspect slider spans the run's iterations
+    assert map_title == "sjd: accepted run length of each cell"
+    cells = np.asarray(Image.open(race_map).convert("RGB").resize((16, 16), Image.NEAREST))
+    pending = np.array(Image.new("RGB", (1, 1), specviz.viz.colors()["pending"]))[0, 0]
+    assert not (cells == pending).all(axis=-1).any()  # the finished run's map: every cell committed
 
 
 def test_a_race_on_the_continuous_pair(server, monkeypatch):
@@ -90,12 +94,13 @@ def test_a_race_on_the_continuous_pair(server, monkeypatch):
     client = Client(server, verbose=False)
     # choosing the model gives the method list of its kind of tokens, as the browser does
     client.predict("tiny-continuous", api_name="/methods_of")
-    method_image, method_counter, ar_image, ar_counter, summary, _, _, _ = _race(
+    method_image, method_counter, ar_image, ar_counter, summary, _, _, _, race_map, map_title = _race(
         client, model="tiny-continuous", method="cspd", gamma=8
     )
     assert "256/256 tokens" in method_counter and "NFE 256" in ar_counter
     assert "of the target and" in summary and "of the draft" in summary and "drafts accepted" in summary
     assert Image.open(method_image).size == Image.open(ar_image).size
+    assert Image.open(race_map).size[0] > 16 and map_title == "cspd: where each token came from"  # beside the bars
 
 
 def test_replay_of_a_saved_trace(server, tiny, tmp_path):
@@ -312,9 +317,9 @@ def test_a_new_race_clears_the_last_summary_and_downloads(server):
     job = client.submit(*RACE, "live", api_name="/race")
     job.result()
     first = job.outputs()[0]
-    method_image, method_counter, ar_image, ar_counter, summary, _, downloads, _ = first
+    method_image, method_counter, ar_image, ar_counter, summary, _, downloads, _, race_map, map_title = first
     assert summary.startswith("*Racing sjd against AR") and downloads is None
-    assert (method_image, method_counter, ar_image, ar_counter) == (None, "", None, "")
+    assert (method_image, method_counter, ar_image, ar_counter, race_map, map_title) == (None, "", None, "", None, "")
 
 
 def test_stop_says_stopped_and_how_far_and_cancels_compare(server):

@@ -93,8 +93,10 @@ def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser)
     browser.set_window_size(1280, 720)
     browser.get(server)
     button = WebDriverWait(browser, 60).until(expected_conditions.element_to_be_clickable((By.ID, "preset-stall")))
-    bottom = browser.execute_script("return arguments[0].getBoundingClientRect().bottom", button)
-    assert bottom <= browser.execute_script("return window.innerHeight"), "presets must show without scrolling"
+    height = browser.execute_script("return window.innerHeight")
+    for element in (button, browser.find_element(By.ID, "run-button")):
+        bottom = browser.execute_script("return arguments[0].getBoundingClientRect().bottom", element)
+        assert bottom <= height, "presets and Run must show without scrolling at 1280 x 720"
     button.click()
     pressed = time.perf_counter()
     # the summary shows when the images are complete; Inspect takes the runs once they are timed again
@@ -137,3 +139,34 @@ def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
     summary = _text(browser, "race-summary")
     assert summary.startswith("Stopped before the end") and "/256 tokens" in summary
     assert int(re.search(r"NFE (\d+)", summary).group(1)) < 20  # slow motion: a few passes, not the whole run
+
+
+def test_replay_of_a_race_restores_the_controls_and_its_ar_run(server, browser, tiny, tmp_path):
+    """Uploading trace.json with its ar-trace.json sets model, method and window to the run's, and Inspect
+    shows the race against AR again."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from specviz.decoding import run
+
+    trace = run(tiny, "scd-mc", "sun", 2, params={"window": 24})
+    ar = run(tiny, "ar", "sun", 2)
+    trace.save(tmp_path / "trace.json")
+    ar.save(tmp_path / "ar-trace.json")
+    browser.get(server)
+    WebDriverWait(browser, 60).until(lambda driver: driver.find_elements(By.ID, "run-button"))
+    browser.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Replay and export')]").click()
+    upload = WebDriverWait(browser, 30).until(lambda driver: driver.find_element(By.CSS_SELECTOR, "input[type=file]"))
+    upload.send_keys(f"{tmp_path / 'trace.json'}\n{tmp_path / 'ar-trace.json'}")
+    loaded = time.perf_counter()
+    while time.perf_counter() - loaded < 60 and "with the AR run it raced" not in browser.page_source:
+        time.sleep(0.1)
+    assert "Loaded scd-mc on tiny" in browser.find_element(By.TAG_NAME, "body").text
+    method = browser.find_element(By.CSS_SELECTOR, "input[aria-label='Method']")
+    window = browser.find_element(By.CSS_SELECTOR, "input[aria-label='Window W']")
+    assert method.get_attribute("value").startswith("scd-mc") and window.get_attribute("value") == "24"
+    browser.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Inspect')]").click()
+    shown = time.perf_counter()
+    while time.perf_counter() - shown < 60 and "scd-mc vs ar" not in browser.page_source:
+        time.sleep(0.1)
+    assert "scd-mc vs ar" in browser.page_source  # the NFE and latency panel has its AR run back

@@ -295,3 +295,25 @@ def test_bench_reports_tau_tree_size_and_the_drafters_share(tiny, eagle2_trace, 
     table = report.markdown()
     assert "| draft trees | tau |" in table and f"| eagle2 | {result.trees.tau:.2f} |" in table
     assert report.to_dict()["results"][1]["trees"]["tau"] == pytest.approx(result.trees.tau)
+
+
+def test_the_race_map_grows_with_the_run_and_matches_inspects_maps(sjd, peanut_trace):
+    """The race's map of a partial run paints exactly the committed cells; a window run's colours are
+    on a fixed scale (a cell keeps its colour as the map grows), a tree run's drawn tokens are grey."""
+    from specviz.viz import progress_map
+    from specviz.viz.palette import colors
+
+    pending = np.array(Image.new("RGB", (1, 1), colors()["pending"]))[0, 0]
+    halfway = sjd.model_copy(update={"iterations": sjd.iterations[:30]})
+    committed = sum(len(it.committed) for it in halfway.iterations)
+    title, early = progress_map(halfway)
+    _, full = progress_map(sjd)
+    early, full = np.asarray(early), np.asarray(full)
+    painted = ~(early == pending).all(axis=-1)
+    assert title == "accepted run length of each cell" and early.shape == (16, 16, 3)
+    assert painted.sum() == committed and not (full == pending).all(axis=-1).any()
+    assert (early[painted] == full[painted]).all()  # what was painted keeps its colour
+    title, tree_map = progress_map(peanut_trace)
+    drawn = np.isclose(specviz.viz.depth_map(peanut_trace), 0)
+    grey = np.array(Image.new("RGB", (1, 1), colors()["committed"]))[0, 0]
+    assert title.startswith("depth at which") and (np.asarray(tree_map)[drawn] == grey).all()

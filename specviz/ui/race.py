@@ -17,7 +17,7 @@ from specviz.trace import Trace
 from specviz.ui.compare import COMPARING
 from specviz.ui.controls import Controls
 from specviz.ui.inspection import opened_at
-from specviz.ui.service import DISPLAY_SIZE, decodable, get_model, gpu, on_compute_thread, picture, user_errors
+from specviz.ui.service import DISPLAY_SIZE, decodable, get_model, gpu, on_compute_thread, picture, show, user_errors
 
 # seconds between streamed UI updates during a race: at 0.1 s the drawing (decode, PNG, browser) took the
 # race to 1.7-2.1x the two runs' compute on 2 cores, at 0.2 s 1.3-1.4x
@@ -150,6 +150,8 @@ class RaceTab:
     preset_note: gr.Markdown  # what the pressed preset shows
     speed: gr.Radio
     bars: gr.HTML  # NFE and clocks of both sides, growing
+    progress: gr.Image  # the method's acceptance map (trees: depth map) so far
+    progress_title: gr.Markdown
 
 
 def build() -> RaceTab:
@@ -161,7 +163,12 @@ def build() -> RaceTab:
             with gr.Column():
                 ar_image = gr.Image(label="Vanilla AR", height=DISPLAY_SIZE, format="png")
                 ar_counter = gr.Markdown(elem_id="ar-counter")
-        bars = gr.HTML(elem_id="race-bars")
+        with gr.Row(equal_height=False):
+            bars = gr.HTML(elem_id="race-bars")
+            with gr.Column(scale=0, min_width=220):
+                # no label on the picture: Gradio lays it over the image's top rows, the first to fill in
+                progress = gr.Image(height=200, format="png", show_label=False, elem_id="race-map")
+                progress_title = gr.Markdown(elem_id="race-map-title")
         summary = gr.Markdown(elem_id="race-summary")
         preset_note = gr.Markdown(elem_id="preset-note")
         speed = gr.Radio(
@@ -171,7 +178,9 @@ def build() -> RaceTab:
             info="slow motion pauses on every pass of the method (the clocks count compute only)",
             elem_id="race-speed",
         )
-    return RaceTab(method_image, method_counter, ar_image, ar_counter, summary, preset_note, speed, bars)
+    return RaceTab(
+        method_image, method_counter, ar_image, ar_counter, summary, preset_note, speed, bars, progress, progress_title
+    )
 
 
 def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, downloads: gr.File):
@@ -196,6 +205,8 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             tab.summary: racing(request.method),
             downloads: None,
             tab.bars: "",
+            tab.progress: None,
+            tab.progress_title: "",
         }
 
         def side(stream: RunStream, image, count) -> dict:
@@ -205,12 +216,20 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             shown[stream] = len(stream.tokens)
             description = f"{stream.method}: {len(stream.tokens)} tokens, live"
             picture_now = picture(chosen, stream.decodable, description, stream.order)
-            if stream is contest.contender and stream.iterations:  # the last pass's drafts, on the picture
-                picture_now = viz.pass_overlay(picture_now, stream.trace(), len(stream.iterations) - 1, dark=False)
-                picture_now.info["Description"] = description
-            return {image: picture_now, count: live_counter(stream)}
+            if stream is not contest.contender or not stream.iterations:
+                return {image: picture_now, count: live_counter(stream)}
+            live = stream.trace()  # the last pass's drafts on the picture, and the map so far beside the bars
+            picture_now = viz.pass_overlay(picture_now, live, len(stream.iterations) - 1, dark=False)
+            picture_now.info["Description"] = description
+            return {image: picture_now, count: live_counter(stream), **progress(live, "live")}
 
         total = contest.baseline.session.geometry.seq_len
+
+        def progress(run: Trace, when: str) -> dict:
+            title, cells = viz.progress_map(run)
+            shown_map = show(cells)
+            shown_map.info["Description"] = f"{run.method}: map after {len(run.tokens)} tokens, {when}"
+            return {tab.progress: shown_map, tab.progress_title: f"{run.method}: {title}"}
 
         def bars(*runs: Trace) -> str:
             return race_bars([(run.method, run.nfe, run.seconds) for run in runs], total)
@@ -246,6 +265,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             tab.ar_counter: final_counter(ar),
             tab.summary: race_summary(trace, ar, drawing_shared=wanted > 0, timing=wanted),
             tab.bars: bars(trace, ar),
+            **progress(trace, "final"),
         }
         if not wanted:
             yield {**finished, runs: {"trace": trace, "ar": ar}, iteration: opened_at(trace)}
@@ -278,7 +298,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         "concurrency_id": "gpu",
         "show_progress": "hidden",  # the images and counters are the progress; a spinner only costs CPU
     }
-    return race, inputs, [*outputs, downloads, tab.bars], options
+    return race, inputs, [*outputs, downloads, tab.bars, tab.progress, tab.progress_title], options
 
 
 def final_picture(model, trace: Trace):

@@ -58,6 +58,7 @@ from specviz.viz.frames import (
 )
 from specviz.viz.narration import GLOSSARY, JUMPS, iteration_sentence, jump
 from specviz.viz.palette import FATES, OKABE_ITO, STATES, colors, swatches, theme
+from specviz.viz.progress import progress_map
 from specviz.viz.trees import depth_map_figure, tau_figure, tree_figure, tree_shape_figure
 
 __all__ = [
@@ -98,6 +99,7 @@ __all__ = [
     "pass_overlay",
     "per_iteration",
     "per_tree",
+    "progress_map",
     "race_figure",
     "ratio_bars_figure",
     "ratio_text",
