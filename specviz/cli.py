@@ -187,8 +187,7 @@ def command_race(args: argparse.Namespace) -> int:
         raise UsageError("race a method against AR, for example --method sjd (ar is the other side)")
     if not 0 <= args.repeats <= MAX_RACE_REPEATS:
         raise UsageError(f"--repeats must be from 0 to {MAX_RACE_REPEATS}")
-    params = _method_params(args)
-    METHODS[args.method].resolve(params)
+    params = _method_params(args)  # checked against the method by _check_run_inputs
     prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
     model = load_model(args.model, args.weights, args.device, args.draft)
     race = Race(model, args.method, prompt, seed, _sampling(args, model.default_sampling), params)

@@ -193,11 +193,11 @@ def contrast_label(runs: dict) -> dict:
     return gr.update(visible=True, value=f"Add this run with {params['prefill']:.0%} pre-filling (paper's figure 11)")
 
 
-def with_contrast(runs: dict, params: dict | None = None) -> dict:
+def with_contrast(runs: dict) -> dict:
     """The runs with a second run of the same method, prompt, seed and sampling beside the first,
-    pre-filling switched (`contrast_params`) unless `params` says otherwise; drawn in acceptance by step."""
+    pre-filling switched (`contrast_params`); drawn in acceptance by step."""
     trace: Trace = runs["trace"]
-    params = params or contrast_params(trace)
+    params = contrast_params(trace)
     if params is None:
         raise SettingsError("only a continuous run with a pre-filling setting (cspd, cspd-exact) has a contrast")
     model = get_model(trace.model)

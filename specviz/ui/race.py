@@ -231,8 +231,8 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             shown_map.info["Description"] = f"{run.method}: map after {len(run.tokens)} tokens, {when}"
             return {tab.progress: shown_map, tab.progress_title: f"{run.method}: {title}"}
 
-        def bars(*runs: Trace) -> str:
-            return race_bars([(run.method, run.nfe, run.seconds) for run in runs], total)
+        def bars(*done: Trace) -> str:
+            return race_bars([(t.method, t.nfe, t.seconds) for t in done], total)
 
         def live_bars() -> str:
             streams = (contest.contender, contest.baseline)

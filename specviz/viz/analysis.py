@@ -345,7 +345,8 @@ def timed_speedup(trace: Trace, ar: Trace) -> Speedup | None:
 
 def spread_text(speedup: Speedup) -> str:
     """The range of a speedup over its repeats, in the words `ratio_text` uses: '1.65-1.80x over 3
-    timings', '1.21-1.32x slower', or '1.05x slower to 1.10x' where the repeats disagree on the side."""
+    timings', '1.21-1.32x slower over 3 timings', or 'from 1.05x slower to 1.10x faster over 3 timings'
+    where the repeats disagree on the side."""
     low, high = speedup.low, speedup.high
     if speedup.repeats == 1:
         return "one timing"
