@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 TRAINING_STEPS = 1000
@@ -87,6 +88,11 @@ def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -
     return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
 
 
+# (shift, 1 + scale, gate) of a block, or (shift, 1 + scale) of the final layer: functions of the timestep
+# and the condition only, so a sampler computes them once for all its steps
+Modulation = tuple[torch.Tensor, ...]
+
+
 class AdaLNBlock(nn.Module):
     """A residual MLP block whose layer norm is shifted, scaled and gated by the condition."""
 
@@ -96,9 +102,17 @@ class AdaLNBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width))
         self.modulation = nn.Sequential(nn.SiLU(), nn.Linear(width, 3 * width))
 
-    def forward(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def modulate(self, y: torch.Tensor) -> Modulation:
         shift, scale, gate = self.modulation(y).chunk(3, dim=-1)
-        return h + gate * self.mlp(self.norm(h) * (1 + scale) + shift)
+        return shift, scale + 1, gate
+
+    def forward(self, h: torch.Tensor, modulation: Modulation) -> torch.Tensor:
+        # functional calls on the modules' weights: a sampler runs this on a few rows 25 times a token,
+        # where nn.Module's call machinery costs more than the arithmetic
+        shift, scale, gate = modulation
+        norm, (first, _, second) = self.norm, self.mlp
+        inner = torch.addcmul(shift, F.layer_norm(h, norm.normalized_shape, norm.weight, norm.bias, norm.eps), scale)
+        return torch.addcmul(h, gate, F.linear(F.silu(F.linear(inner, first.weight, first.bias)), second.weight, second.bias))
 
 
 class DenoiserMLP(nn.Module):
@@ -136,11 +150,21 @@ class DenoiserMLP(nn.Module):
 
     def denoise(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Epsilon and v from x_t and y, the sum of the timestep's and the condition's embeddings."""
-        h = self.input_proj(x)
-        for block in self.blocks:
-            h = block(h, y)
+        return self.denoise_modulated(x, self.modulations(y))
+
+    def modulations(self, y: torch.Tensor) -> list[Modulation]:
+        """Every block's modulation and the final layer's, from y (any leading shape)."""
         shift, scale = self.final_modulation(y).chunk(2, dim=-1)
-        eps, v = self.output(self.final_norm(h) * (1 + scale) + shift).chunk(2, dim=-1)
+        return [block.modulate(y) for block in self.blocks] + [(shift, scale + 1)]
+
+    def denoise_modulated(self, x: torch.Tensor, modulations: list[Modulation]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Epsilon and v from x_t and the modulations of its timestep and condition."""
+        h = F.linear(x, self.input_proj.weight, self.input_proj.bias)
+        for block, modulation in zip(self.blocks, modulations, strict=False):
+            h = block.forward(h, modulation)
+        shift, scale = modulations[-1]
+        h = torch.addcmul(shift, F.layer_norm(h, self.final_norm.normalized_shape, eps=self.final_norm.eps), scale)
+        eps, v = F.linear(h, self.output.weight, self.output.bias).chunk(2, dim=-1)
         return eps, v
 
 
@@ -209,31 +233,54 @@ class DiffusionHead:
     def steps(self) -> int:
         return self.schedule.count
 
+    def _step_constants(self, temperature: float) -> list[tuple[float, ...]]:
+        """Per sampling step, as Python floats (a tensor index per constant and step would cost more
+        than the arithmetic on a few tokens): the x_0 and mean coefficients, and log var = a v + b."""
+        log_temperature = 2 * math.log(max(temperature, 1e-6))
+        half = (self._log_beta - self._log_posterior) / 2
+        offset = self._log_posterior + half + log_temperature
+        columns = (self._sqrt_1mab, self._sqrt_ab, self._coef_x0, self._coef_xt, half, offset)
+        return list(zip(*(column.tolist() for column in columns), strict=True))
+
     def _transition(
-        self, x: torch.Tensor, k: int, embedded: torch.Tensor, guidance: Guidance, temperature: float
+        self, x: torch.Tensor, eps: torch.Tensor, v: torch.Tensor, constants: tuple[float, ...], weight: Guidance
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and log variance (n, d) of sampling step k (0 is the noisiest) at states x (n, d), the
-        conditions already embedded (n, G, width): they stay the same at every step."""
-        n, rows, _ = embedded.shape
-        y = (embedded + self._time_table[k]).reshape(n * rows, -1)
-        eps, v = self.network.denoise(x.repeat_interleave(rows, 0) if rows > 1 else x, y)
-        eps, v = eps.float().view(n, rows, -1), v.float().view(n, rows, -1)
-        mixed = eps[:, 1] + per_row(guidance) * (eps[:, 0] - eps[:, 1]) if rows == 2 else eps[:, 0]
-        x0 = ((x - self._sqrt_1mab[k] * mixed) / self._sqrt_ab[k]).clamp(-self.x0_limit, self.x0_limit)
-        mean = self._coef_x0[k] * x0 + self._coef_xt[k] * x
-        fraction = (v[:, 0] + 1) / 2
-        log_var = fraction * self._log_beta[k] + (1 - fraction) * self._log_posterior[k]
-        return mean, log_var + 2 * math.log(max(temperature, 1e-6))
+        """Mean and log variance (n, d) of one sampling step at states x (n, d), from the network's
+        epsilon and v (G, n, d) and the step's constants. The one place this arithmetic is written,
+        so that a path drawn by `sample` and evaluated by `along` agree to float32's last bit: at the
+        noisiest steps x_0 is a difference of near-equal numbers divided by about 1e-4, where any
+        reordering of the operations shows."""
+        sqrt_1mab, sqrt_ab, coef_x0, coef_xt, half, offset = constants
+        mixed = torch.lerp(eps[1], eps[0], weight) if len(eps) == 2 else eps[0]
+        # coef_x0 * clip(x_0), x_0 = (x - sqrt(1 - alpha bar) eps) / sqrt(alpha bar), scaled before the clip
+        mean = torch.sub(x, mixed, alpha=sqrt_1mab).mul_(coef_x0 / sqrt_ab)
+        if math.isfinite(self.x0_limit):
+            mean.clamp_(-self.x0_limit * coef_x0, self.x0_limit * coef_x0)
+        return mean.add_(x, alpha=coef_xt), v[0].mul(half).add_(offset)
+
+    def _embedded(self, conditions: torch.Tensor) -> torch.Tensor:
+        """The conditions (n, G, H) embedded with every sampling step's timestep: (S, G, n, width)."""
+        return self.network.cond_embed(conditions.transpose(0, 1))[None] + self._time_table[:, None, None]
 
     def sample(self, conditions: torch.Tensor, noise: torch.Tensor, guidance: Guidance, temperature: float) -> Path:
         """Denoise n tokens from `noise` (n, S + 1, d): noise[:, 0] is x_T, noise[:, k + 1] the
-        standard normal draw of step k. The same noise in two heads gives aligned trajectories."""
-        x = noise[:, 0].float()
-        states, means, log_vars = [x], [], []
-        embedded = self.network.cond_embed(conditions)
-        for k in range(self.steps):
-            mean, log_var = self._transition(x, k, embedded, guidance, temperature)
-            x = mean + torch.exp(0.5 * log_var) * noise[:, k + 1]
+        standard normal draw of step k. The same noise in two heads gives aligned trajectories.
+
+        The loop runs a few tokens through a small MLP, so its cost is the number of tensor
+        operations, not their size: the blocks' modulations (functions of the timestep and the
+        condition only) are computed for all steps before it, and each step's arithmetic is a few
+        fused operations."""
+        n, rows, _ = conditions.shape
+        y = self._embedded(conditions).flatten(1, 2)  # (S, G n, w): the conditional rows, then the others
+        modulations = [[part.unbind(0) for part in parts] for parts in self.network.modulations(y)]
+        draws = noise.float().unbind(1)
+        weight = per_row(guidance)
+        x, states, means, log_vars = draws[0], [draws[0]], [], []
+        for k, constants in enumerate(self._step_constants(temperature)):
+            state = x.repeat(rows, 1) if rows > 1 else x
+            eps, v = self.network.denoise_modulated(state, [[part[k] for part in parts] for parts in modulations])
+            mean, log_var = self._transition(x, eps.view(rows, n, -1), v.view(rows, n, -1), constants, weight)
+            x = torch.addcmul(mean, log_var.mul(0.5).exp_(), draws[k + 1])
             states.append(x)
             means.append(mean)
             log_vars.append(log_var)
@@ -243,23 +290,18 @@ class DiffusionHead:
         """This head's transitions evaluated along given trajectories `states` (n, S + 1, d): all
         steps in one batched network call, since every step's input state is known."""
         n, _, d = states.shape
-        steps = self.steps
-        x = states[:, :-1].reshape(n * steps, d)
         rows = conditions.shape[1]
-        embedded = self.network.cond_embed(conditions)[:, None] + self._time_table[None, :, None]  # (n, S, G, w)
-        eps, v = self.network.denoise(x.repeat_interleave(rows, 0), embedded.reshape(n * steps * rows, -1))
-        eps, v = eps.float().view(n * steps, rows, d), v.float().view(n * steps, rows, d)
-        if isinstance(guidance, torch.Tensor):
-            guidance = guidance.repeat_interleave(steps)
-        mixed = eps[:, 1] + per_row(guidance) * (eps[:, 0] - eps[:, 1]) if rows == 2 else eps[:, 0]
-        k = torch.arange(steps).repeat(n)
-        col = lambda values: values[k][:, None].to(states.device)  # noqa: E731
-        x0 = ((x - col(self._sqrt_1mab) * mixed) / col(self._sqrt_ab)).clamp(-self.x0_limit, self.x0_limit)
-        mean = col(self._coef_x0) * x0 + col(self._coef_xt) * x
-        fraction = (v[:, 0] + 1) / 2
-        log_var = fraction * col(self._log_beta) + (1 - fraction) * col(self._log_posterior)
-        log_var = log_var + 2 * math.log(max(temperature, 1e-6))
-        return Path(states, mean.view(n, steps, d), log_var.view(n, steps, d))
+        y = self._embedded(conditions).permute(1, 2, 0, 3)  # (G, n, S, w)
+        x = states[:, :-1].float()
+        eps, v = self.network.denoise(x.expand(rows, -1, -1, -1).reshape(-1, d), y.reshape(-1, y.shape[-1]))
+        eps, v = eps.view(rows, n, self.steps, d), v.view(rows, n, self.steps, d)
+        weight = per_row(guidance)
+        steps = [
+            self._transition(x[:, k], eps[:, :, k], v[:, :, k], constants, weight)
+            for k, constants in enumerate(self._step_constants(temperature))
+        ]
+        means, log_vars = zip(*steps, strict=True)
+        return Path(states, torch.stack(means, 1), torch.stack(log_vars, 1))
 
 
 def diffusion_loss(
