@@ -112,7 +112,8 @@ class AdaLNBlock(nn.Module):
         shift, scale, gate = modulation
         norm, (first, _, second) = self.norm, self.mlp
         inner = torch.addcmul(shift, F.layer_norm(h, norm.normalized_shape, norm.weight, norm.bias, norm.eps), scale)
-        return torch.addcmul(h, gate, F.linear(F.silu(F.linear(inner, first.weight, first.bias)), second.weight, second.bias))
+        hidden = F.silu(F.linear(inner, first.weight, first.bias))
+        return torch.addcmul(h, gate, F.linear(hidden, second.weight, second.bias))
 
 
 class DenoiserMLP(nn.Module):
