@@ -49,7 +49,7 @@ from specviz.viz import (
     window_figure,
     window_size,
 )
-from specviz.viz.figures import OFFSET_TITLE, RATIO_TITLE
+from specviz.viz.figures import OFFSET_TITLE, RATIO_TITLE, TITLE_CHARS
 from specviz.viz.palette import LABELS, NOW_LABEL, OPTIONAL_STATES, legend_states
 
 LAYOUT = [-1, -1, -1, -1, 7, -1, -1, -1, -1]
@@ -224,7 +224,7 @@ def _state_index(state: str) -> int:
 def test_window_figure(trace):
     fig = window_figure(trace, 1)
     assert isinstance(fig, go.Figure)
-    assert fig.layout.title.text == "iteration 1/4: 2 accepted, rejected at 2"
+    assert fig.layout.title.text.replace("<br>", " ") == "iteration 1/4: 2 accepted, rejected at 2"
     grid, outline, bars, strip, cross, *legend = fig.data
     assert len(fig.data) == 5 + len(legend_states(set()))
     a, r, c, p = (_state_index(s) for s in ("accepted", "rejected", "committed", "pending"))
@@ -257,12 +257,13 @@ def test_window_figure_maps_states_to_their_colours(trace):
 
 
 def test_window_figure_titles(trace, bonus):
-    assert window_figure(trace, 0).layout.title.text == "iteration 0/4: no drafts, 1 token sampled"
+    assert window_figure(trace, 0).layout.title.text.replace("<br>", " ") == "iteration 0/4: no drafts, 1 token sampled"
     assert window_figure(trace, 4).layout.title.text == "iteration 4/4: all 2 accepted"
-    long_title = window_figure(bonus, 1).layout.title.text  # wrapped to fit a half-width plot
-    assert long_title == "iteration 1/1: all 1 accepted, +1 sampled<br>after the window"
+    long_title = window_figure(bonus, 1).layout.title.text  # wrapped to fit the narrowest half-width plot
+    assert long_title == "iteration 1/1: all 1 accepted, +1<br>sampled after the window"
+    assert all(len(line) <= TITLE_CHARS[False] for line in long_title.split("<br>"))
     large_title = window_figure(trace, 1, large=True).layout.title.text
-    assert large_title == "iteration 1/4: 2 accepted,<br>rejected at 2"
+    assert large_title == "iteration 1/4: 2<br>accepted, rejected at 2"
     with pytest.raises(IndexError):
         window_figure(trace, 5)
 
@@ -488,3 +489,32 @@ def test_the_race_overlay_draws_each_draft_in_its_fate_colour_and_nothing_for_ar
     assert (drawn[untouched[0] * 24 + 12, untouched[1] * 24 + 12] == 255).all()
     ar = Trace.from_json((examples / "red-apple-ar.json").read_text())
     assert (np.asarray(pass_overlay(blank, ar, 40)) == 255).all()  # AR drafts nothing
+
+
+def test_the_race_overlay_shows_the_windows_guesses_as_faded_pixels_of_their_drafts():
+    from pathlib import Path
+
+    from specviz.viz import drafted_tokens, pass_overlay
+    from specviz.viz.analysis import grid_state
+    from specviz.viz.frames import GHOST_STRENGTH
+
+    examples = Path(__file__).resolve().parents[1] / "specviz" / "data" / "examples"
+    sjd = Trace.from_json((examples / "red-apple-sjd.json").read_text())
+    j = next(k for k, it in enumerate(sjd.iterations) if len(it.drafts) > len(it.committed) + 2)
+    it = sjd.iterations[j]
+    end = it.start + len(it.committed)
+    guessed = drafted_tokens(sjd, j)
+    assert guessed == sjd.tokens[:end] + it.drafts[len(it.committed) :]
+    ar = Trace.from_json((examples / "red-apple-ar.json").read_text())
+    assert drafted_tokens(ar, 40) is None  # AR guesses nothing
+    # a picture of the guesses in one flat colour: the guessed cells show it faded over white, inside their outline
+    blank, drafted = Image.new("RGB", (384, 384), "white"), Image.new("RGB", (384, 384), (0, 0, 200))
+    drawn = np.asarray(pass_overlay(blank, sjd, j, drafted=drafted)).astype(int)
+    state, now = grid_state(sjd, j).state, grid_state(sjd, j).now
+    faded = np.array([255, 255, 255]) * (1 - GHOST_STRENGTH) + np.array([0, 0, 200]) * GHOST_STRENGTH
+    guessed_cells = np.argwhere(np.isin(state, ["kept", "redrawn", "new", "reset"]) & ~now)
+    assert len(guessed_cells) == len(it.drafts) - len(it.committed)
+    for row, col in guessed_cells:
+        assert np.abs(drawn[row * 24 + 12, col * 24 + 12] - faded).max() <= 1
+    row, col = np.argwhere(now)[0]  # committed by this pass: its own pixels, not a guess
+    assert (drawn[row * 24 + 12, col * 24 + 12] == 255).all()

@@ -13,6 +13,7 @@ import gradio as gr
 from specviz import viz
 from specviz.decoding import RunStream
 from specviz.decoding.race import TIMING_BUDGET, Race, needs_retiming, time_again, timings_wanted, with_timing
+from specviz.models.protocol import decode_in_order
 from specviz.trace import Trace
 from specviz.ui.compare import COMPARING
 from specviz.ui.controls import Controls
@@ -219,7 +220,10 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             if stream is not contest.contender or not stream.iterations:
                 return {image: picture_now, count: live_counter(stream)}
             live = stream.trace()  # the last pass's drafts on the picture, and the map so far beside the bars
-            picture_now = viz.pass_overlay(picture_now, live, len(stream.iterations) - 1, dark=False)
+            newest = len(stream.iterations) - 1
+            guessed = viz.drafted_tokens(live, newest)  # the window's guesses, drawn faded on their cells
+            drafted = None if guessed is None else show(on_compute_thread(decode_in_order, chosen, guessed, None))
+            picture_now = viz.pass_overlay(picture_now, live, newest, dark=False, drafted=drafted)
             picture_now.info["Description"] = description
             return {image: picture_now, count: live_counter(stream), **progress(live, "live")}
 

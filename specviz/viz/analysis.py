@@ -181,6 +181,19 @@ def grid_state(trace: Trace, j: int) -> GridState:
     )
 
 
+def drafted_tokens(trace: Trace, j: int) -> list[int] | None:
+    """The sequence after iteration j with the drafts it verified but did not commit in place (the
+    window's guesses beyond the accepted run and its resampled token), to decode into a picture of
+    what the window held; None where a pass leaves no such draft (AR, a tree, a continuous pass, a
+    window accepted whole)."""
+    it = _check_index(trace, j)
+    if it.tree is not None or it.continuous is not None:
+        return None
+    end = it.start + len(it.committed)
+    guesses = it.drafts[len(it.committed) : len(trace.geometry.layout) - it.start]
+    return trace.tokens[:end] + guesses if guesses and len(trace.tokens) >= end else None
+
+
 def _reach(iteration: Iteration) -> int:
     """Positions from `start` that a pass drafted: its window, or its tree's levels."""
     if iteration.tree is not None:

@@ -26,7 +26,10 @@ from specviz.viz.analysis import (
 )
 from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
-TITLE_CHARS = {False: 46, True: 26}  # characters per title line that fit a half-width plot
+# characters per title line (normal, large type): plotly does not wrap titles, so they are wrapped for the
+# narrowest half-width plot the app has (about 314 px in a 1100 px window; measured 8.6 px per character in
+# normal type, 13.6 in large type, whose smallest plots are on a 1280 px projector)
+TITLE_CHARS = {False: 34, True: 24}
 MESSAGE_CHARS = {False: 56, True: 32}  # characters per line of a message in place of a plot, likewise
 TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): the app lays its plot label
 # and toolbar over the top of the figure

@@ -126,24 +126,38 @@ def _grid_picture(grid: GridState, scale: int, dark: bool) -> Image.Image:
 DRAFT_FATES = ("accepted", "rejected", "kept", "redrawn", "reset", "new", "discarded")
 
 
-def pass_overlay(image: Image.Image, trace: Trace, j: int, dark: bool = False) -> Image.Image:
+GHOST_STRENGTH = 0.45  # a guessed cell shows its draft's pixels at this strength over white: visibly not yet real
+
+
+def pass_overlay(
+    image: Image.Image, trace: Trace, j: int, dark: bool = False, drafted: Image.Image | None = None
+) -> Image.Image:
     """The image (any size, the grid's aspect) with iteration j's drafts drawn on it: each drafted cell
-    outlined in its fate's colour, the still-blank cells of drafts that stay in the window tinted too,
-    so a race shows the window or tree at work on the picture itself. Nothing drawn for a pass
-    without drafts (AR)."""
+    outlined in its fate's colour, so a race shows the window or tree at work on the picture itself.
+    The cells of drafts that stay in the window (not committed by this pass) show their guessed
+    pixels faded, from `drafted` (the same picture decoded with those drafts in place, see
+    `drafted_tokens`), or a tint of their fate's colour where there is none. Nothing drawn for a
+    pass without drafts (AR)."""
     grid = grid_state(trace, j)
     palette = colors(dark)
     rows, cols = grid.state.shape
     cell_w, cell_h = image.width / cols, image.height / rows
     line = max(2, round(min(cell_w, cell_h) / 8))
     canvas = image.convert("RGB")
+    if drafted is not None:
+        white = Image.new("RGB", canvas.size, BACKGROUND[dark])
+        ghost = Image.blend(white, drafted.convert("RGB").resize(canvas.size, Image.Resampling.NEAREST), GHOST_STRENGTH)
     tint = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
     draw, tint_draw = ImageDraw.Draw(canvas), ImageDraw.Draw(tint)
     for row, col in zip(*np.nonzero(np.isin(grid.state, DRAFT_FATES)), strict=True):
         box = (round(col * cell_w), round(row * cell_h), round((col + 1) * cell_w) - 1, round((row + 1) * cell_h) - 1)
         color = ImageColor.getrgb(palette[grid.state[row, col]])
-        if not grid.now[row, col]:  # not committed by this pass: its pixels are not drawn yet
-            tint_draw.rectangle(box, fill=(*color, 110))
+        if not grid.now[row, col]:  # not committed by this pass: its pixels are a guess
+            if drafted is not None:
+                inner = (box[0], box[1], box[2] + 1, box[3] + 1)
+                canvas.paste(ghost.crop(inner), inner[:2])
+            else:
+                tint_draw.rectangle(box, fill=(*color, 110))
         draw.rectangle(box, outline=color, width=line)
     return Image.alpha_composite(canvas.convert("RGBA"), tint).convert("RGB")
 
