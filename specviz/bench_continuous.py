@@ -103,7 +103,8 @@ def sweep(
     prefills: list[float],
     methods: tuple[str, ...] = ("cspd", "cspd-exact"),
 ) -> SweepReport:
-    run(model, "ar", prompts[0], seeds[0], sampling)  # warm-up: lazy imports, allocator, prompt encoder
+    for warm_up in ("ar", "ar-draft"):  # lazy imports, allocator, prompt encoder: for each model, before timing
+        run(model, warm_up, prompts[0], seeds[0], sampling)
     cases = [(prompt, seed) for prompt in prompts for seed in seeds]
     ar = [run(model, "ar", prompt, seed, sampling) for prompt, seed in cases]
     draft = [run(model, "ar-draft", prompt, seed, sampling) for prompt, seed in cases]

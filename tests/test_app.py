@@ -245,13 +245,15 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
     client.predict([handle_file(str(path))], False, False, api_name="/replay")
     tree, image, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
     assert tree["label"] == "Draft tree of this iteration"
-    assert "drafts in a tree" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"]
+    assert "drafts in a tree" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"].replace("<br>", " ")
     assert image is not None
     assert depths["visible"] and shapes["visible"] and not changed["visible"]
-    assert "depth in its draft tree" in json.loads(depths["value"]["plot"])["layout"]["title"]["text"]
+    assert "depth in its draft tree" in json.loads(depths["value"]["plot"])["layout"]["title"]["text"].replace(
+        "<br>", " "
+    )
     assert length["label"] == "Tau per tree pass"
     tree, _, depths = client.predict(5, False, False, api_name="/at_iteration")
-    assert "iteration 5/" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"]
+    assert "iteration 5/" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"].replace("<br>", " ")
     assert "committed this iteration (5)" in depths["value"]["plot"]
     sjd = Path(specviz.__file__).parent / "data" / "examples" / "red-apple-sjd.json"
     client.predict([handle_file(str(sjd))], False, False, api_name="/replay")

@@ -6,6 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
+from PIL import ImageColor
+
+from specviz.viz.palette import colors
 
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 SCREENSHOTS = Path(__file__).resolve().parents[1] / ".cache" / "screenshots"
@@ -39,6 +42,23 @@ def browser():
     driver = webdriver.Chrome(service=Service(str(DRIVER)), options=options)
     yield driver
     driver.quit()
+
+
+# pixels of the method's picture, as the browser shows it, in any of the given colours
+OUTLINE_PIXELS = """
+const image = document.querySelector('#method-image img');
+if (!image || !image.complete || !image.naturalWidth) return -1;
+const canvas = document.createElement('canvas');
+canvas.width = image.naturalWidth;
+canvas.height = image.naturalHeight;
+const context = canvas.getContext('2d');
+context.drawImage(image, 0, 0);
+const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
+const wanted = new Set(arguments[0].map(([r, g, b]) => (r << 16) | (g << 8) | b));
+let count = 0;
+for (let i = 0; i < data.length; i += 4) if (wanted.has((data[i] << 16) | (data[i + 1] << 8) | data[i + 2])) count++;
+return count;
+"""
 
 
 def _timed(summary: str) -> bool:
@@ -127,8 +147,8 @@ def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser)
 
 
 def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
-    """Slow motion shows the method pass by pass; Stop cancels the race and says how far each side got
-    (Compare's note, never set on a fresh page, reaches the handler as None)."""
+    """Slow motion shows the method pass by pass, its window outlined on the picture; Stop cancels the race
+    and says how far each side got (Compare's note, never set on a fresh page, reaches the handler as None)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
@@ -141,6 +161,9 @@ def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
     pressed = time.perf_counter()
     while time.perf_counter() - pressed < 60 and "NFE 3 " not in _text(browser, "method-counter"):
         time.sleep(0.05)
+    # the window at work on the method's picture: its drafted cells outlined in their fates' colours
+    window_fates = ("accepted", "rejected", "kept", "redrawn", "new")  # not grey "discarded", a continuous fate
+    fate_pixels = browser.execute_script(OUTLINE_PIXELS, [ImageColor.getrgb(colors()[fate]) for fate in window_fates])
     browser.find_element(By.XPATH, "//button[normalize-space()='Stop']").click()
     stopped = time.perf_counter()
     while time.perf_counter() - stopped < 20 and not _text(browser, "race-summary").startswith("Stopped"):
@@ -148,6 +171,7 @@ def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
     summary = _text(browser, "race-summary")
     assert summary.startswith("Stopped before the end") and "/256 tokens" in summary
     assert int(re.search(r"NFE (\d+)", summary).group(1)) < 20  # slow motion: a few passes, not the whole run
+    assert fate_pixels > 500, f"the race should outline the window's cells on the method's picture ({fate_pixels} px)"
 
 
 def test_replay_of_a_race_restores_the_controls_and_its_ar_run(server, browser, tiny, tmp_path):

@@ -22,7 +22,7 @@ from specviz.ui.service import DISPLAY_SIZE, decodable, get_model, gpu, on_compu
 
 # seconds between streamed UI updates during a race: at 0.1 s the drawing (decode, PNG, browser) took the
 # race to 1.7-2.1x the two runs' compute on 2 cores, at 0.2 s 1.3-1.4x
-FRAME_INTERVAL = 0.2
+FRAME_INTERVAL = 0.25
 SLOW_MOTION_PAUSE = 0.6  # seconds each pass of the method stays on screen in slow motion
 SPEEDS = [("live", "live"), ("slow motion: every pass of the method", "slow")]
 
@@ -159,7 +159,7 @@ def build() -> RaceTab:
     with gr.Tab("Race"):
         with gr.Row():
             with gr.Column():
-                method_image = gr.Image(label="Method", height=DISPLAY_SIZE, format="png")
+                method_image = gr.Image(label="Method", height=DISPLAY_SIZE, format="png", elem_id="method-image")
                 method_counter = gr.Markdown(elem_id="method-counter")
             with gr.Column():
                 ar_image = gr.Image(label="Vanilla AR", height=DISPLAY_SIZE, format="png")
