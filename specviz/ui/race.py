@@ -20,8 +20,8 @@ from specviz.ui.controls import Controls
 from specviz.ui.inspection import opened_at
 from specviz.ui.service import DISPLAY_SIZE, decodable, get_model, gpu, on_compute_thread, picture, show, user_errors
 
-# seconds between streamed UI updates during a race: at 0.1 s the drawing (decode, PNG, browser) took the
-# race to 1.7-2.1x the two runs' compute on 2 cores, at 0.2 s 1.3-1.4x
+# seconds between streamed UI updates during a race: the drawing (decode, PNG, browser) took the race to
+# 1.7-2.1x the two runs' compute on 2 cores at 0.1 s, 1.32-1.74x at 0.2 s, 1.36-1.48x at 0.25 s
 FRAME_INTERVAL = 0.25
 SLOW_MOTION_PAUSE = 0.6  # seconds each pass of the method stays on screen in slow motion
 SPEEDS = [("live", "live"), ("slow motion: every pass of the method", "slow")]

@@ -126,7 +126,7 @@ def _grid_picture(grid: GridState, scale: int, dark: bool) -> Image.Image:
 DRAFT_FATES = ("accepted", "rejected", "kept", "redrawn", "reset", "new", "discarded")
 
 
-GHOST_STRENGTH = 0.45  # a guessed cell shows its draft's pixels at this strength over white: visibly not yet real
+GHOST_STRENGTH = 0.45  # a guessed cell shows its draft's pixels at this strength over the background: not yet real
 
 
 def pass_overlay(
@@ -145,8 +145,9 @@ def pass_overlay(
     line = max(2, round(min(cell_w, cell_h) / 8))
     canvas = image.convert("RGB")
     if drafted is not None:
-        white = Image.new("RGB", canvas.size, BACKGROUND[dark])
-        ghost = Image.blend(white, drafted.convert("RGB").resize(canvas.size, Image.Resampling.NEAREST), GHOST_STRENGTH)
+        backdrop = Image.new("RGB", canvas.size, BACKGROUND[dark])
+        guesses = drafted.convert("RGB").resize(canvas.size, Image.Resampling.NEAREST)
+        ghost = Image.blend(backdrop, guesses, GHOST_STRENGTH)
     tint = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
     draw, tint_draw = ImageDraw.Draw(canvas), ImageDraw.Draw(tint)
     for row, col in zip(*np.nonzero(np.isin(grid.state, DRAFT_FATES)), strict=True):
