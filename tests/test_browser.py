@@ -175,8 +175,8 @@ def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
 
 
 def test_replay_of_a_race_restores_the_controls_and_its_ar_run(server, browser, tiny, tmp_path):
-    """Uploading trace.json with its ar-trace.json sets model, method and window to the run's, and Inspect
-    shows the race against AR again."""
+    """Uploading trace.json with its ar-trace.json sets model, method, window, prompt and seed to the run's,
+    and Inspect shows the race against AR again."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -198,6 +198,9 @@ def test_replay_of_a_race_restores_the_controls_and_its_ar_run(server, browser, 
     method = browser.find_element(By.CSS_SELECTOR, "input[aria-label='Method']")
     window = browser.find_element(By.CSS_SELECTOR, "input[aria-label='Window W']")
     assert method.get_attribute("value").startswith("scd-mc") and window.get_attribute("value") == "24"
+    prompt = browser.find_element(By.CSS_SELECTOR, "textarea[data-testid='textbox']")
+    seed = browser.find_element(By.CSS_SELECTOR, "input[aria-label='Seed']")
+    assert prompt.get_attribute("value") == "sun" and seed.get_attribute("value") == "2"  # Run repeats the run
     browser.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Inspect')]").click()
     shown = time.perf_counter()
     while time.perf_counter() - shown < 60 and "scd-mc vs ar" not in browser.page_source:

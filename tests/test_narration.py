@@ -22,7 +22,7 @@ def test_a_window_pass_is_told_with_the_numbers_that_decided_it(stalled):
     sentence = iteration_sentence(stalled, j)
     assert sentence.startswith(f"Iteration {j} (from token {it.start}): {it.accepted} drafts accepted")
     ordinal = f"{k + 1}{'th' if 10 <= (k + 1) % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get((k + 1) % 10, 'th')}"
-    assert f"the {ordinal} was rejected because" in sentence
+    assert f"the {ordinal} (offset {k}) was rejected because" in sentence  # the offset the window's axis shows
     assert f"p_new = {it.p_new[k]:.2g}" in sentence and f"uniform draw {it.uniform[k]:.2g}" in sentence
     assert "drawn from the residual" in sentence and "Left in the window" in sentence
     assert "no drafts to verify; the model drew one token" in iteration_sentence(stalled, 0)

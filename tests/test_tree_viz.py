@@ -310,7 +310,7 @@ def test_the_race_map_grows_with_the_run_and_matches_inspects_maps(sjd, peanut_t
     _, full = progress_map(sjd)
     early, full = np.asarray(early), np.asarray(full)
     painted = ~(early == pending).all(axis=-1)
-    assert title == "accepted run length of each cell" and early.shape == (16, 16, 3)
+    assert title == "accepted run length of each cell (navy 1 to yellow 17)" and early.shape == (16, 16, 3)
     assert painted.sum() == committed and not (full == pending).all(axis=-1).any()
     assert (early[painted] == full[painted]).all()  # what was painted keeps its colour
     title, tree_map = progress_map(peanut_trace)

@@ -20,13 +20,15 @@ from specviz.trace import Iteration
 def iterate(
     session: Session, sampling: SamplingSettings, generator: torch.Generator, params: NoParameters
 ) -> Iterator[Iteration]:
-    """Yield one Iteration per token; position i is sampled from p(. | tokens before i)."""
+    """Yield one Iteration per token; position i is sampled from p(. | tokens before i). Each token is
+    fed to the model when the next one needs it, so a live run has made as many passes as it has
+    tokens (the prefill gives the first) and the last token costs no pass."""
     logits = session.next_logits
-    length = session.geometry.seq_len
-    for position in range(length):
+    token = None
+    for position in range(session.geometry.seq_len):
         started = time.perf_counter()
-        token = torch.multinomial(sampling.probabilities(logits), 1, generator=generator)
-        if position + 1 < length:
+        if token is not None:
             logits = session.forward(token)[0]
             session.commit(1)
+        token = torch.multinomial(sampling.probabilities(logits), 1, generator=generator)
         yield Iteration(start=position, committed=[int(token)], forward_ms=(time.perf_counter() - started) * 1000)

@@ -83,7 +83,13 @@ def build(method_names: list[str]) -> CompareTab:
         methods = gr.CheckboxGroup(method_names, value=list(COMPARED), label="Methods")
         button = gr.Button("Compare on this prompt and seed")
         note = gr.Markdown(elem_id="compare-note")
-        table = gr.Dataframe(headers=COMPARE_HEADERS, interactive=False, wrap=True)
+        # widths that keep every column on a 1280 px screen, headers broken between words
+        table = gr.Dataframe(
+            headers=COMPARE_HEADERS,
+            interactive=False,
+            wrap=True,
+            column_widths=["10%", "25%", "10%", "7%", "15%", "12%", "21%"],
+        )
         plot = gr.Plot()
         with gr.Accordion("What a pass costs here (why fewer passes are not always faster)", open=False):
             cost_button = gr.Button("Measure pass costs on this device", size="sm")

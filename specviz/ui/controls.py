@@ -188,7 +188,8 @@ def preset_controls(key: str) -> tuple:
 
 def restored_controls(trace: Trace) -> tuple[tuple, list[str]]:
     """The controls set to an uploaded trace's settings, so that Run repeats it: model, method, the
-    method controls and the lossy note, then sampling; and what could not be set, in words."""
+    method controls and the lossy note, prompt and seed, then sampling; and what could not be set, in
+    words."""
     unchanged: list[str] = []
     if trace.model in offered_models():
         model = gr.update(value=trace.model)
@@ -203,7 +204,8 @@ def restored_controls(trace: Trace) -> tuple[tuple, list[str]]:
     else:
         method = (gr.update(),) * (len(PARAMETERS) + 2)
         unchanged.append(f"{trace.method} is not a method to race against AR")
-    return (model, *method, *sampling_updates(SamplingSettings(**trace.sampling.model_dump()))), unchanged
+    prompt, seed = gr.update(value=trace.prompt), gr.update(value=trace.seed)
+    return (model, *method, prompt, seed, *sampling_updates(SamplingSettings(**trace.sampling.model_dump()))), unchanged
 
 
 def prompt_hint(model_name: str, text: str) -> tuple[str, str | None]:
@@ -292,7 +294,7 @@ class Controls:
 
     def restored_outputs(self) -> list[gr.components.Component]:
         """What `restored_controls` sets, in its order."""
-        return [self.model, self.method, *self.method_outputs, *self.sampling]
+        return [self.model, self.method, *self.method_outputs, self.prompt, self.seed, *self.sampling]
 
     def preset_outputs(self, compare_methods: gr.CheckboxGroup, note: gr.Markdown) -> list:
         """What `preset_controls` sets, in its order."""

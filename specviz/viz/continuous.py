@@ -221,7 +221,8 @@ def trajectory_figure(
     fig.update_yaxes(title=COORDINATES[1], scaleanchor="x")
     fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0.5, "xanchor": "center"})
     title = (
-        f"iteration {j}, draft {k} (position {it.start + k}): {step.fate[k]}, min(1, r) = {step.ratio[k]:.3f}"
+        f"iteration {j}, draft at offset {k} (position {it.start + k}): {step.fate[k]}, "
+        f"min(1, r) = {step.ratio[k]:.2g}"
         f"<br>stars: the tokens x_0"
     )
     return _finish(fig, title, 520, dark, large)

@@ -33,6 +33,7 @@ TITLE_CHARS = {False: 34, True: 24}
 MESSAGE_CHARS = {False: 56, True: 32}  # characters per line of a message in place of a plot, likewise
 TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): the app lays its plot label
 # and toolbar over the top of the figure
+SUBPLOT_TITLE_SIZE = 16  # what make_subplots sets its titles' font to
 STRIP = 0.12  # height of the fate strip under the ratio bars, in units of the ratio axis
 OFFSET_TITLE = "offset in the window (0 = first draft)"  # not the grid's columns, drawn above it
 # the bars' subtitle; in large type (as big as the axis titles) the short form fits a half-width plot
@@ -44,11 +45,12 @@ MAP_TITLES = {
 }
 
 
-def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool) -> go.Figure:
-    """Apply the shared theme, title and height. Titles are wrapped to fit a half-width plot, and the
-    top margin is sized to their lines, a legend above the plot and an axis on top, so with large type
-    none is clipped nor runs into another."""
-    title = "<br>".join("<br>".join(textwrap.wrap(line, TITLE_CHARS[large])) for line in title.split("<br>"))
+def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool, widths: int = 1) -> go.Figure:
+    """Apply the shared theme, title and height. Titles are wrapped to fit a half-width plot (`widths`
+    2: a plot across the page), and the top margin is sized to their lines, a legend above the plot and
+    an axis on top, so with large type none is clipped nor runs into another."""
+    chars = TITLE_CHARS[large] * widths
+    title = "<br>".join("<br>".join(textwrap.wrap(line, chars)) for line in title.split("<br>"))
     style = theme(dark, large)
     font = style["font"]["size"]
     legend_above = fig.layout.legend.y is not None and fig.layout.legend.y > 1
@@ -63,6 +65,15 @@ def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool) ->
         margin={"t": top},
         height=height,
     )
+    return fig
+
+
+def _subplot_titles_as_text(fig: go.Figure) -> go.Figure:
+    """Subplot titles (make_subplots gives them a fixed 16 px) in the figure's own text size, so large
+    type enlarges them too."""
+    titles = {annotation.text for annotation in fig.layout.annotations if annotation.font.size == SUBPLOT_TITLE_SIZE}
+    for text in titles:
+        fig.update_annotations(selector={"text": text}, font_size=fig.layout.font.size)
     return fig
 
 
@@ -394,6 +405,7 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
                     marker_color=color,
                     text=[text.format(value(run))],
                     textposition="outside",
+                    constraintext="none",  # plotly would shrink an outside label to the bar's width
                     cliponaxis=False,
                 ),
                 row=1,
@@ -417,7 +429,7 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
         f"{trace.method} vs {ar.method}: {ratio_text(numbers['step_compression'])} step compression,<br>"
         f"{latency_text(numbers['latency_speedup'])}"
     )
-    return _finish(fig, title, 420, dark, large)
+    return _subplot_titles_as_text(_finish(fig, title, 420, dark, large))
 
 
 def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False) -> go.Figure:
@@ -455,11 +467,17 @@ def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False)
             )
         ]
     )
-    fig.add_hline(y=1.0, line_dash="dash", line_color=colors(dark)["committed"], annotation_text="AR = 1x")
+    fig.add_hline(
+        y=1.0,
+        line_dash="dash",
+        line_color=colors(dark)["committed"],
+        annotation_text="AR = 1x",
+        annotation_position="top left",  # at the right it sat on the last method's latency bar
+    )
     fig.update_layout(barmode="group", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
     fig.update_yaxes(title="times AR", rangemode="tozero")
     title = "methods against AR (hatched: lossy" + ("; whiskers: lowest and highest timing)" if spread else ")")
-    return _finish(fig, title, 460, dark, large)
+    return _finish(fig, title, 460, dark, large, widths=2)  # Compare's plot spans the page
 
 
 def pass_cost_figure(costs: list, dark: bool = False, large: bool = False) -> go.Figure:

@@ -55,13 +55,13 @@ def _window_sentence(it: Iteration) -> str:
         told = f"all {_drafts(len(it.drafts))} accepted; the token after them was drawn from the model"
     elif it.group_mass_new is not None:  # lantern, gsd: acceptance of a neighbourhood of similar tokens
         told = (
-            f"{head}; the {_ordinal(k + 1)} was rejected: the probability mass of its group of similar tokens "
-            f"gave a ratio of {_number(it.ratio[k])}, below the uniform draw {_number(it.uniform[k])}, and a "
-            "token was drawn from what is left"
+            f"{head}; the {_ordinal(k + 1)} (offset {k}) was rejected: the probability mass of its group of "
+            f"similar tokens gave a ratio of {_number(it.ratio[k])}, below the uniform draw "
+            f"{_number(it.uniform[k])}, and a token was drawn from what is left"
         )
     else:
         told = (
-            f"{head}; the {_ordinal(k + 1)} was rejected because p_new = {_number(it.p_new[k])} against "
+            f"{head}; the {_ordinal(k + 1)} (offset {k}) was rejected because p_new = {_number(it.p_new[k])} against "
             f"p_old = {_number(it.p_old[k])} gives a ratio of {_number(it.ratio[k])}, below the uniform draw "
             f"{_number(it.uniform[k])}, so a new token was drawn from the residual"
         )
@@ -100,8 +100,9 @@ def _continuous_sentence(it: Iteration) -> str:
         else f"its position was resampled ({step.tries} proposal{'s' if step.tries != 1 else ''} tried)"
     )
     return (
-        f"{head}; draft {accepted + 1} was rejected (density ratio {_number(step.ratio[accepted])}, uniform "
-        f"{_number(step.uniform[accepted])}): {drawn}; the {gamma - accepted - 1} after it were discarded."
+        f"{head}; the {_ordinal(accepted + 1)} (offset {accepted}) was rejected (density ratio "
+        f"{_number(step.ratio[accepted])}, uniform {_number(step.uniform[accepted])}): {drawn}; the "
+        f"{gamma - accepted - 1} after it were discarded."
     )
 
 

@@ -18,6 +18,11 @@ from specviz.viz.palette import colors
 
 # the colour scales of Inspect's figures: Cividis for the acceptance map, Viridis for the depth map
 COLORMAPS = {False: "cividis", True: "viridis"}
+# the key of a continuous run's map, in the colours of the app's header swatches
+SOURCES_KEY = (
+    "where each token came from (green: draft accepted; vermillion: rejected, resampled; grey: the target "
+    "alone; sky blue: the target after a fully accepted draft; yellow: resampling capped)"
+)
 
 
 def progress_map(trace: Trace, dark: bool = False) -> tuple[str, Image.Image]:
@@ -34,15 +39,15 @@ def progress_map(trace: Trace, dark: bool = False) -> tuple[str, Image.Image]:
             if cell >= 0 and source != "pending":
                 colour = SOURCES[source][1]
                 rgb[cell] = ImageColor.getrgb(colour if colour.startswith("#") else palette[colour])
-        return "where each token came from", Image.fromarray(rgb.reshape(g.rows, g.cols, 3))
+        return SOURCES_KEY, Image.fromarray(rgb.reshape(g.rows, g.cols, 3))
     if has_trees(trace):
         values = depth_map(trace).ravel()
         top = max(float(np.nanmax(values, initial=1.0)), 1.0)
-        title = "depth at which each token was accepted (grey: drawn by the model)"
+        title = f"depth at which each token was accepted (purple 1 to yellow {top:.0f}; grey: drawn by the model)"
     else:
         values = acceptance_maps(trace)["run_length"].ravel()
         top = float(window_size(trace) + 1)
-        title = "accepted run length of each cell"
+        title = f"accepted run length of each cell (navy 1 to yellow {top:.0f})"
     done = ~np.isnan(values)
     scaled = np.clip((values[done] - 1) / max(top - 1, 1.0), 0.0, 1.0)
     colormap = matplotlib.colormaps[COLORMAPS[has_trees(trace)]]

@@ -27,7 +27,7 @@ from specviz.viz.analysis import (
     tree_of,
     tree_shape_maps,
 )
-from specviz.viz.figures import _finish, _outline, message_figure, window_title
+from specviz.viz.figures import _finish, _outline, _subplot_titles_as_text, message_figure, window_title
 from specviz.viz.palette import NOW_LABEL, OKABE_ITO, colors
 
 # how each kind of node is drawn: colour key in palette.colors, marker symbol (so fates differ in grey
@@ -339,7 +339,7 @@ def tree_shape_figure(trace: Trace, dark: bool = False, large: bool = False) -> 
             col=col,
         )
         _grid_axes(fig, trace, 1, col, "x" if col == 1 else "x2")
-    return _finish(fig, title, 460, dark, large)
+    return _subplot_titles_as_text(_finish(fig, title, 460, dark, large))
 
 
 def tau_figure(trace: Trace, dark: bool = False, large: bool = False) -> go.Figure:
