@@ -70,3 +70,13 @@ def test_the_method_controls_follow_the_method(demo):
     assert "drafter" in shown and "window" not in shown
     _, top_k, _, guidance = handler(demo, "model_defaults").fn("emu3")  # its release settings
     assert (top_k["value"], guidance["value"]) == (get_entry("emu3").sampling().top_k, 3.0)
+
+
+def test_the_acceptance_map_kinds_hide_for_a_continuous_run(demo):
+    """A continuous run has one map (where each token came from): the radio of window-map kinds goes."""
+    from types import SimpleNamespace
+
+    kinds = handler(demo, "map_kinds")
+    assert kinds.fn({"trace": SimpleNamespace(continuous=True)})["visible"] is False
+    assert kinds.fn({"trace": SimpleNamespace(continuous=False)})["visible"] is True
+    assert kinds.fn({})["visible"] is True  # a fresh page

@@ -344,8 +344,13 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
     )
     contrast_event.success(refresh, view_inputs, view_outputs)
 
+    def map_kinds(state: dict):
+        # a continuous run has one map, where each token came from, not the kinds this radio offers
+        return gr.update(visible=not (state and state["trace"].continuous))
+
     def refresh_after(event):
         """Chain the views' refresh after an event that sets `runs`."""
+        event.then(map_kinds, runs, tab.map_kind)
         return event.then(refresh, view_inputs, view_outputs)
 
     return refresh_after, contrast_event
