@@ -229,6 +229,7 @@ class DiffusionHead:
         device = next(network.parameters()).device
         with torch.no_grad():  # the sampling timesteps are fixed: embed them once
             self._time_table = network.embed_time(self._t.to(device)).float()
+        self._constants: dict[float, list[tuple[float, ...]]] = {}  # per temperature, made once
 
     @property
     def steps(self) -> int:
@@ -237,6 +238,11 @@ class DiffusionHead:
     def _step_constants(self, temperature: float) -> list[tuple[float, ...]]:
         """Per sampling step, as Python floats (a tensor index per constant and step would cost more
         than the arithmetic on a few tokens): the x_0 and mean coefficients, and log var = a v + b."""
+        if temperature not in self._constants:
+            self._constants[temperature] = self._make_constants(temperature)
+        return self._constants[temperature]
+
+    def _make_constants(self, temperature: float) -> list[tuple[float, ...]]:
         log_temperature = 2 * math.log(max(temperature, 1e-6))
         half = (self._log_beta - self._log_posterior) / 2
         offset = self._log_posterior + half + log_temperature
