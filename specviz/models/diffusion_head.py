@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -106,14 +107,60 @@ class AdaLNBlock(nn.Module):
         shift, scale, gate = self.modulation(y).chunk(3, dim=-1)
         return shift, scale + 1, gate
 
-    def forward(self, h: torch.Tensor, modulation: Modulation) -> torch.Tensor:
-        # functional calls on the modules' weights: a sampler runs this on a few rows 25 times a token,
-        # where nn.Module's call machinery costs more than the arithmetic
-        shift, scale, gate = modulation
-        norm, (first, _, second) = self.norm, self.mlp
-        inner = torch.addcmul(shift, F.layer_norm(h, norm.normalized_shape, norm.weight, norm.bias, norm.eps), scale)
-        hidden = F.silu(F.linear(inner, first.weight, first.bias))
-        return torch.addcmul(h, gate, F.linear(hidden, second.weight, second.bias))
+    def weights(self) -> BlockWeights:
+        (first, _, second), norm = self.mlp, self.norm
+        return BlockWeights(
+            norm.normalized_shape,
+            norm.weight,
+            norm.bias,
+            norm.eps,
+            first.weight,
+            first.bias,
+            second.weight,
+            second.bias,
+        )
+
+
+class BlockWeights(NamedTuple):
+    norm_shape: tuple[int, ...]
+    norm_weight: torch.Tensor | None
+    norm_bias: torch.Tensor | None
+    norm_eps: float
+    first_weight: torch.Tensor
+    first_bias: torch.Tensor
+    second_weight: torch.Tensor
+    second_bias: torch.Tensor
+
+
+class DenoiserWeights(NamedTuple):
+    """The tensors of a denoising step, gathered once per sampled token: a sampler runs the step on a
+    few rows 25 times a token, where nn.Module's calls and attribute lookups cost as much as the
+    arithmetic, so the step is functional calls on these."""
+
+    input_weight: torch.Tensor
+    input_bias: torch.Tensor
+    blocks: list[BlockWeights]
+    final_shape: tuple[int, ...]
+    final_eps: float
+    output_weight: torch.Tensor
+    output_bias: torch.Tensor
+
+
+def denoise_step(
+    weights: DenoiserWeights, x: torch.Tensor, modulations: list[Modulation]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Epsilon and v from x_t and the modulations of its timestep and condition. The modulations
+    may carry more leading dimensions than x: one state (n, d) denoised under (G, n, w) rows of
+    guidance broadcasts, so the state is projected once, not once per row."""
+    h = F.linear(x, weights.input_weight, weights.input_bias)
+    for block, (shift, scale, gate) in zip(weights.blocks, modulations, strict=False):
+        normed = F.layer_norm(h, block.norm_shape, block.norm_weight, block.norm_bias, block.norm_eps)
+        hidden = F.silu(F.linear(torch.addcmul(shift, normed, scale), block.first_weight, block.first_bias))
+        h = torch.addcmul(h, gate, F.linear(hidden, block.second_weight, block.second_bias))
+    shift, scale = modulations[-1]
+    h = torch.addcmul(shift, F.layer_norm(h, weights.final_shape, eps=weights.final_eps), scale)
+    eps, v = F.linear(h, weights.output_weight, weights.output_bias).chunk(2, dim=-1)
+    return eps, v
 
 
 class DenoiserMLP(nn.Module):
@@ -151,22 +198,19 @@ class DenoiserMLP(nn.Module):
 
     def denoise(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Epsilon and v from x_t and y, the sum of the timestep's and the condition's embeddings."""
-        return self.denoise_modulated(x, self.modulations(y))
+        return denoise_step(self.weights(), x, self.modulations(y))
 
     def modulations(self, y: torch.Tensor) -> list[Modulation]:
         """Every block's modulation and the final layer's, from y (any leading shape)."""
         shift, scale = self.final_modulation(y).chunk(2, dim=-1)
         return [block.modulate(y) for block in self.blocks] + [(shift, scale + 1)]
 
-    def denoise_modulated(self, x: torch.Tensor, modulations: list[Modulation]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Epsilon and v from x_t and the modulations of its timestep and condition."""
-        h = F.linear(x, self.input_proj.weight, self.input_proj.bias)
-        for block, modulation in zip(self.blocks, modulations, strict=False):
-            h = block.forward(h, modulation)
-        shift, scale = modulations[-1]
-        h = torch.addcmul(shift, F.layer_norm(h, self.final_norm.normalized_shape, eps=self.final_norm.eps), scale)
-        eps, v = F.linear(h, self.output.weight, self.output.bias).chunk(2, dim=-1)
-        return eps, v
+    def weights(self) -> DenoiserWeights:
+        """The tensors `denoise_step` reads (references, so they follow training)."""
+        return DenoiserWeights(
+            self.input_proj.weight, self.input_proj.bias, [block.weights() for block in self.blocks],
+            self.final_norm.normalized_shape, self.final_norm.eps, self.output.weight, self.output.bias,
+        )  # fmt: skip
 
 
 Guidance = float | torch.Tensor  # one classifier-free guidance scale, or one per token (n,)
@@ -207,6 +251,19 @@ class Path:
         return self.step_log_densities().sum(-1)
 
 
+@dataclass(frozen=True)
+class StepConstants:
+    """One sampling step's coefficients: mean = coef_x0 clip(x_0) + coef_xt x with x_0 scaled by
+    `x0_scale` = coef_x0 / sqrt(alpha bar), and log var = half v + offset (temperature included)."""
+
+    sqrt_1mab: float
+    x0_scale: torch.Tensor
+    coef_x0: float
+    coef_xt: float
+    half: float
+    offset: torch.Tensor
+
+
 class DiffusionHead:
     """Sampling and density evaluation of a trained DenoiserMLP under a schedule of `steps` steps.
 
@@ -229,41 +286,58 @@ class DiffusionHead:
         device = next(network.parameters()).device
         with torch.no_grad():  # the sampling timesteps are fixed: embed them once
             self._time_table = network.embed_time(self._t.to(device)).float()
-        self._constants: dict[float, list[tuple[float, ...]]] = {}  # per temperature, made once
+        self._constants: dict[float, list[StepConstants]] = {}  # per temperature, made once
 
     @property
     def steps(self) -> int:
         return self.schedule.count
 
-    def _step_constants(self, temperature: float) -> list[tuple[float, ...]]:
-        """Per sampling step, as Python floats (a tensor index per constant and step would cost more
-        than the arithmetic on a few tokens): the x_0 and mean coefficients, and log var = a v + b."""
+    def _step_constants(self, temperature: float) -> list[StepConstants]:
+        """Per sampling step (a tensor index per constant and step would cost more than the
+        arithmetic on a few tokens): the x_0 and mean coefficients, and log var = half v + offset."""
         if temperature not in self._constants:
             self._constants[temperature] = self._make_constants(temperature)
         return self._constants[temperature]
 
-    def _make_constants(self, temperature: float) -> list[tuple[float, ...]]:
+    def _make_constants(self, temperature: float) -> list[StepConstants]:
         log_temperature = 2 * math.log(max(temperature, 1e-6))
         half = (self._log_beta - self._log_posterior) / 2
         offset = self._log_posterior + half + log_temperature
-        columns = (self._sqrt_1mab, self._sqrt_ab, self._coef_x0, self._coef_xt, half, offset)
-        return list(zip(*(column.tolist() for column in columns), strict=True))
+        device = self._time_table.device
+        return [
+            StepConstants(
+                sqrt_1mab,
+                torch.tensor(coef_x0 / sqrt_ab, device=device),
+                coef_x0,
+                coef_xt,
+                half_k,
+                torch.tensor(offset_k, device=device),
+            )
+            for sqrt_1mab, sqrt_ab, coef_x0, coef_xt, half_k, offset_k in zip(
+                *(
+                    column.tolist()
+                    for column in (self._sqrt_1mab, self._sqrt_ab, self._coef_x0, self._coef_xt, half, offset)
+                ),
+                strict=True,
+            )
+        ]
 
     def _transition(
-        self, x: torch.Tensor, eps: torch.Tensor, v: torch.Tensor, constants: tuple[float, ...], weight: Guidance
+        self, x: torch.Tensor, eps: torch.Tensor, v: torch.Tensor, constants: StepConstants, weight: Guidance
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and log variance (n, d) of one sampling step at states x (n, d), from the network's
         epsilon and v (G, n, d) and the step's constants. The one place this arithmetic is written,
         so that a path drawn by `sample` and evaluated by `along` agree to float32's last bit: at the
         noisiest steps x_0 is a difference of near-equal numbers divided by about 1e-4, where any
-        reordering of the operations shows."""
-        sqrt_1mab, sqrt_ab, coef_x0, coef_xt, half, offset = constants
+        reordering of the operations shows. (A Python float multiplying a tensor is wrapped in a
+        tensor on every call; the multipliers are kept as 0-dim tensors, and additions take theirs as alpha.)"""
         mixed = torch.lerp(eps[1], eps[0], weight) if len(eps) == 2 else eps[0]
         # coef_x0 * clip(x_0), x_0 = (x - sqrt(1 - alpha bar) eps) / sqrt(alpha bar), scaled before the clip
-        mean = torch.sub(x, mixed, alpha=sqrt_1mab).mul_(coef_x0 / sqrt_ab)
+        mean = torch.sub(x, mixed, alpha=constants.sqrt_1mab).mul_(constants.x0_scale)
         if math.isfinite(self.x0_limit):
-            mean.clamp_(-self.x0_limit * coef_x0, self.x0_limit * coef_x0)
-        return mean.add_(x, alpha=coef_xt), v[0].mul(half).add_(offset)
+            mean.clamp_(-self.x0_limit * constants.coef_x0, self.x0_limit * constants.coef_x0)
+        log_var = torch.add(constants.offset, v[0], alpha=constants.half)
+        return mean.add_(x, alpha=constants.coef_xt), log_var
 
     def _embedded(self, conditions: torch.Tensor) -> torch.Tensor:
         """The conditions (n, G, H) embedded with every sampling step's timestep: (S, G, n, width)."""
@@ -277,17 +351,16 @@ class DiffusionHead:
         operations, not their size: the blocks' modulations (functions of the timestep and the
         condition only) are computed for all steps before it, and each step's arithmetic is a few
         fused operations."""
-        n, rows, _ = conditions.shape
-        y = self._embedded(conditions).flatten(1, 2)  # (S, G n, w): the conditional rows, then the others
+        y = self._embedded(conditions)  # (S, G, n, w): the conditional rows, then the others
         modulations = [[part.unbind(0) for part in parts] for parts in self.network.modulations(y)]
         draws = noise.float().unbind(1)
-        weight = per_row(guidance)
+        weight, weights = per_row(guidance), self.network.weights()
         x, states, means, log_vars = draws[0], [draws[0]], [], []
         for k, constants in enumerate(self._step_constants(temperature)):
-            state = x.repeat(rows, 1) if rows > 1 else x
-            eps, v = self.network.denoise_modulated(state, [[part[k] for part in parts] for parts in modulations])
-            mean, log_var = self._transition(x, eps.view(rows, n, -1), v.view(rows, n, -1), constants, weight)
-            x = torch.addcmul(mean, log_var.mul(0.5).exp_(), draws[k + 1])
+            # x (n, d) broadcasts over the G rows of the modulations
+            eps, v = denoise_step(weights, x, [[part[k] for part in parts] for parts in modulations])
+            mean, log_var = self._transition(x, eps, v, constants, weight)
+            x = torch.addcmul(mean, log_var.exp().sqrt_(), draws[k + 1])
             states.append(x)
             means.append(mean)
             log_vars.append(log_var)
