@@ -21,6 +21,7 @@ trajectory alignment) and `along` evaluates a head's transitions along any given
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -122,6 +123,8 @@ class AdaLNBlock(nn.Module):
 
 
 class BlockWeights(NamedTuple):
+    """One AdaLN block's tensors, as `denoise_step` reads them."""
+
     norm_shape: tuple[int, ...]
     norm_weight: torch.Tensor | None
     norm_bias: torch.Tensor | None
@@ -303,22 +306,12 @@ class DiffusionHead:
         log_temperature = 2 * math.log(max(temperature, 1e-6))
         half = (self._log_beta - self._log_posterior) / 2
         offset = self._log_posterior + half + log_temperature
-        device = self._time_table.device
+        columns = (self._sqrt_1mab, self._sqrt_ab, self._coef_x0, self._coef_xt, half, offset)
+        scalar = functools.partial(torch.tensor, device=self._time_table.device)
         return [
-            StepConstants(
-                sqrt_1mab,
-                torch.tensor(coef_x0 / sqrt_ab, device=device),
-                coef_x0,
-                coef_xt,
-                half_k,
-                torch.tensor(offset_k, device=device),
-            )
+            StepConstants(sqrt_1mab, scalar(coef_x0 / sqrt_ab), coef_x0, coef_xt, half_k, scalar(offset_k))
             for sqrt_1mab, sqrt_ab, coef_x0, coef_xt, half_k, offset_k in zip(
-                *(
-                    column.tolist()
-                    for column in (self._sqrt_1mab, self._sqrt_ab, self._coef_x0, self._coef_xt, half, offset)
-                ),
-                strict=True,
+                *(column.tolist() for column in columns), strict=True
             )
         ]
 
@@ -349,8 +342,8 @@ class DiffusionHead:
 
         The loop runs a few tokens through a small MLP, so its cost is the number of tensor
         operations, not their size: the blocks' modulations (functions of the timestep and the
-        condition only) are computed for all steps before it, and each step's arithmetic is a few
-        fused operations."""
+        condition only) are computed for all steps before it, the step reads its weights gathered
+        once, and its arithmetic is a few fused operations."""
         y = self._embedded(conditions)  # (S, G, n, w): the conditional rows, then the others
         modulations = [[part.unbind(0) for part in parts] for parts in self.network.modulations(y)]
         draws = noise.float().unbind(1)
@@ -360,7 +353,7 @@ class DiffusionHead:
             # x (n, d) broadcasts over the G rows of the modulations
             eps, v = denoise_step(weights, x, [[part[k] for part in parts] for parts in modulations])
             mean, log_var = self._transition(x, eps, v, constants, weight)
-            x = torch.addcmul(mean, log_var.exp().sqrt_(), draws[k + 1])
+            x = torch.addcmul(mean, log_var.exp().sqrt_(), draws[k + 1])  # sqrt, not * 0.5: no float to wrap
             states.append(x)
             means.append(mean)
             log_vars.append(log_var)
