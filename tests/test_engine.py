@@ -1,5 +1,6 @@
 """The decoding engine v2: every draft's fate in the trace, the refined draft, resets in a stall,
-version 1 traces, and one host read per pass."""
+version 1 traces, and the host syncs of a pass (one for a window, two for a tree, none between a tree's
+pass and its record)."""
 
 from pathlib import Path
 
@@ -101,17 +102,16 @@ def test_a_version_1_trace_loads_as_version_2():
 HOST_READS = ("tolist", "item", "numpy", "cpu", "nonzero", "__int__", "__float__", "__bool__", "__index__")
 
 
-@pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gs", "jacobi", "lantern", "gsd"])
-def test_one_host_read_per_window_pass(tiny, method, monkeypatch):
-    """On a GPU every read of a tensor's value on the host is a sync: a pass makes exactly one."""
+def _host_reads_of_passes(tiny, method: str, settings: dict, monkeypatch, passes: int = 5) -> list[str]:
+    """The host reads of `passes` passes of `method` after its first record."""
     from specviz.decoding.registry import get_method
 
     spec = get_method(method)
-    params = spec.resolve({"window": 8})
+    params = spec.resolve(settings)
     session = tiny.session("rocket", 1.5)
     spec.prepare(session, params)
     steps = spec.iterate(session, tiny.default_sampling, torch.Generator().manual_seed(0), params)
-    next(steps)  # the first token, drawn from the prefill, and the first window's drafts
+    next(steps)  # the first token, drawn from the prefill (and a window's first drafts)
     reads = []
     for name in HOST_READS:
         original = getattr(torch.Tensor, name)
@@ -122,7 +122,41 @@ def test_one_host_read_per_window_pass(tiny, method, monkeypatch):
 
         monkeypatch.setattr(torch.Tensor, name, counted)
     with torch.inference_mode():
-        for _ in range(5):
+        for _ in range(passes):
             next(steps)
     monkeypatch.undo()
-    assert reads == ["tolist"] * 5
+    return reads
+
+
+@pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gs", "jacobi", "lantern", "gsd"])
+def test_one_host_read_per_window_pass(tiny, method, monkeypatch):
+    """On a GPU every read of a tensor's value on the host is a sync: a pass makes exactly one."""
+    assert _host_reads_of_passes(tiny, method, {"window": 8}, monkeypatch) == ["tolist"] * 5
+
+
+@pytest.mark.parametrize("method", ["eagle2", "peanut"])
+def test_two_host_reads_per_tree_pass(tiny, method, monkeypatch):
+    """A tree pass reads the grown tree (its attention mask is built on the host) and the record."""
+    settings = {"tree_tokens": 12, "drafter": "training-free"}
+    assert _host_reads_of_passes(tiny, method, settings, monkeypatch) == ["tolist"] * 10
+
+
+def test_tree_verification_neither_reads_nor_copies_from_the_host(monkeypatch):
+    """A copy from the host waits for the device as a read does: between a tree's pass and its record
+    (the verification) there is neither; the tree went to the device in one copy before the pass."""
+    from specviz.decoding.tree import GrownTree, verify_tree
+
+    tree = GrownTree.on(torch.device("cpu"), [3, 5, 7, 2], [-1, -1, 0, 2], [1, 1, 2, 3], [0.5, 0.3, 0.6, 0.9])
+    p = torch.softmax(torch.randn(5, 10, generator=torch.Generator().manual_seed(0)), -1)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a host read or a copy from the host during verification")
+
+    for name in (*HOST_READS, "to", "cuda"):
+        monkeypatch.setattr(torch.Tensor, name, forbidden)
+    for name in ("tensor", "as_tensor", "from_numpy"):
+        monkeypatch.setattr(torch, name, forbidden)
+    verdict = verify_tree(p, tree, torch.Generator().manual_seed(1))
+    monkeypatch.undo()
+    fate = verdict.fate.tolist()
+    assert fate[0] > 0 and len(fate) == 4  # the head's first child is always tested

@@ -47,7 +47,7 @@ def test_sibling_tests_telescope_to_p():
     the chance of reaching and accepting it is exactly p(x_i)."""
     parents = [-1, -1, -1, 0]
     mass = torch.tensor([0.5, 0.3, 0.1, 0.9])
-    accept = sibling_acceptance(mass, sibling_order(parents, torch.device("cpu")))
+    accept = sibling_acceptance(mass, sibling_order(torch.tensor(parents)))
     assert torch.allclose(accept, torch.tensor([0.5, 0.6, 0.5, 0.9]))
     reach = torch.cumprod(torch.cat([torch.ones(1), 1 - accept[:2]]), 0)
     assert torch.allclose(reach * accept[:3], mass[:3])

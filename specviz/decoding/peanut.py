@@ -12,11 +12,13 @@ tree, since neighbouring image regions are alike in how predictable they are:
    k = k~ + l_k. Both stay strictly inside their bounds, d_min < d < d_max and k_min < k < k_max.
 
 Where the paper is silent, our choices:
-- tau in alpha counts the accepted drafts, not the token drawn after them, and d is the depth the tree
-  had (the asked depth, or fewer levels where the image ends): alpha = 1 then means every level was
-  used, the paper's positive status "all tokens in each layer of the draft tree are fully utilized";
-  counting that token would call a tree that missed its last level positive at beta = 1. (Reported tau,
-  as in the paper's tables, counts it: AR's is 1.)
+- tau in alpha counts the accepted drafts, not the token drawn after them, and d is the depth asked of
+  the tree (the paper's d-hat, the output of Eq. 2; fewer levels where the image ends): alpha = 1 then
+  means every asked level was used, the paper's positive status "all tokens in each layer of the draft
+  tree are fully utilized"; counting that token would call a tree that missed its last level positive
+  at beta = 1. (Reported tau, as in the paper's tables, counts it: AR's is 1.) Keeping the
+  `tree_tokens` most confident nodes can leave a tree shallower than asked; such a tree cannot be
+  positive, and the next is asked shallower and wider, towards a shape its node budget fills.
 - The first tree of a row has no cell to its left: it repeats the tree that committed the cell above
   (the paper's vertical repeat). A first drafted position that is a layout slot repeats the head's tree.
   The first tree of the image (the cell to its left was drawn from the prefill, by no tree) takes

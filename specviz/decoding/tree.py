@@ -36,7 +36,9 @@ cache). A pass has four steps.
    tokens appended); the drawn token becomes the head. The drafter sees the verified pass.
 
 A pass reads the host twice on a GPU: the tree's shape once it is grown (the attention mask is built
-on the host) and the record, with the accepted path, after verification.
+on the host) and the record, with the accepted path, after verification. The tree goes to the device
+in one copy before the pass (tokens, parents, depths, ancestor mask): a copy from the host waits for
+the device, so none is left between the pass and the record.
 """
 
 from __future__ import annotations
@@ -95,13 +97,30 @@ Relaxation = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Te
 
 @dataclass
 class GrownTree:
-    """A grown tree on the host (for the attention mask and the record) and its tokens on the device."""
+    """A grown tree on the host (for the attention mask and the record) and on the device (for the pass
+    and its verification)."""
 
     tokens: list[int]
-    parents: list[int]
-    depths: list[int]
+    parents: list[int]  # a node's parent, -1 for the head's children
+    depths: list[int]  # a node's level, 1 for the head's children
     confidence: list[float]
     device_tokens: torch.Tensor
+    device_parents: torch.Tensor
+    device_depths: torch.Tensor
+    ancestors: torch.Tensor  # (n, n) float on the device: [v, u] = 1 where u is v or an ancestor of v
+
+    @classmethod
+    def on(
+        cls, device: torch.device, tokens: list[int], parents: list[int], depths: list[int], confidence: list[float]
+    ) -> GrownTree:
+        """The tree, sent to the device in one copy."""
+        n = len(tokens)
+        ancestors, _ = tree_structure(parents)
+        columns = torch.tensor([tokens, parents, depths], dtype=torch.long).view(-1)
+        packed = torch.cat([columns, ancestors.view(-1).long()]).to(device)
+        device_tokens, device_parents, device_depths = packed[: 3 * n].view(3, n)
+        on_device = (device_tokens, device_parents, device_depths, packed[3 * n :].view(n, n).float())
+        return cls(tokens, parents, depths, confidence, *on_device)
 
 
 @dataclass
@@ -152,26 +171,24 @@ def grow(
         [kept.double()] + [columns[name][kept].double() for name in ("tokens", "parent", "depth", "score", "log_conf")]
     )
     index, tokens, parents, depths, scores, log_conf = packed.tolist()  # the tree's one host read
-    node_of = {}
-    tree = GrownTree([], [], [], [], head.new_empty(0))
+    node_of: dict[int, int] = {}
+    kept_tokens, kept_parents, kept_depths, kept_confidence = [], [], [], []
     nodes = zip(index, tokens, parents, depths, scores, log_conf, strict=True)
     for pool_index, token, parent, depth, score, own in nodes:
         if score == float("-inf"):  # no candidate there (a drafter with fewer than k), nor below it
             continue
-        node_of[int(pool_index)] = len(tree.tokens)
-        tree.tokens.append(int(token))
-        tree.parents.append(node_of[int(parent)] if parent >= 0 else -1)
-        tree.depths.append(int(depth))
-        tree.confidence.append(min(1.0, math.exp(own)))
-    tree.device_tokens = torch.tensor(tree.tokens, dtype=torch.long, device=device)
-    return tree
+        node_of[int(pool_index)] = len(kept_tokens)
+        kept_tokens.append(int(token))
+        kept_parents.append(node_of[int(parent)] if parent >= 0 else -1)
+        kept_depths.append(int(depth))
+        kept_confidence.append(min(1.0, math.exp(own)))
+    return GrownTree.on(device, kept_tokens, kept_parents, kept_depths, kept_confidence)
 
 
-def sibling_order(parents: list[int], device: torch.device) -> torch.Tensor:
-    """(n, n) float: [v, u] = 1 where u is a sibling of v tested before it."""
-    parent = torch.tensor(parents, device=device)
-    index = torch.arange(len(parents), device=device)
-    return ((parent[:, None] == parent[None, :]) & (index[None, :] < index[:, None])).float()
+def sibling_order(parents: torch.Tensor) -> torch.Tensor:
+    """(n, n) float: [v, u] = 1 where u is a sibling of v tested before it; `parents` (n,) on the device."""
+    index = torch.arange(len(parents), device=parents.device)
+    return ((parents[:, None] == parents[None, :]) & (index[None, :] < index[:, None])).float()
 
 
 def sibling_acceptance(mass: torch.Tensor, earlier: torch.Tensor) -> torch.Tensor:
@@ -182,30 +199,26 @@ def sibling_acceptance(mass: torch.Tensor, earlier: torch.Tensor) -> torch.Tenso
 
 
 def verify_tree(
-    p: torch.Tensor,
-    tokens: torch.Tensor,
-    parents: list[int],
-    generator: torch.Generator,
-    relaxation: Relaxation | None = None,
+    p: torch.Tensor, tree: GrownTree, generator: torch.Generator, relaxation: Relaxation | None = None
 ) -> TreeVerdict:
-    """EAGLE's rule over a whole tree at once. `p` (n + 1, V): row 0 the head's, row i + 1 node i's."""
-    device, n = p.device, len(parents)
+    """EAGLE's rule over a whole tree at once. `p` (n + 1, V): row 0 the head's, row i + 1 node i's.
+    Reads only the tree's device tensors: nothing here waits for the pass."""
+    device, n, tokens = p.device, len(tree.tokens), tree.device_tokens
     if not n:  # nothing drafted: the pass is an AR step
         empty = tokens.new_empty(0)
         return TreeVerdict(empty.bool(), empty, p.new_empty(0), sample(p[:1], generator))
-    parent_row = torch.tensor(parents, dtype=torch.long, device=device) + 1
+    parent_row = tree.device_parents + 1
     rows = p[parent_row]  # (n, V) each node's target distribution
     p_target = rows.gather(1, tokens[:, None]).squeeze(1)
     tested_mass = p_target
     if relaxation is not None:
         extra, pooled, in_group = relaxation(rows, tokens)
         tested_mass = p_target + extra
-    earlier = sibling_order(parents, device)
+    earlier = sibling_order(tree.device_parents)
     passes = torch.rand(n, generator=generator, device=device) < sibling_acceptance(tested_mass, earlier)
     chosen = passes & ~((earlier @ passes.float()) > 0)  # the first sibling that passes
-    ancestors, depth = tree_structure(parents)  # (n, n): each node and its ancestors
-    reached = (ancestors.to(device).float() @ (~chosen).float()) == 0
-    deepest = torch.where(reached.any(), (reached * (depth.to(device) + 1)).argmax() + 1, 0)  # its row in p
+    reached = (tree.ancestors @ (~chosen).float()) == 0  # every ancestor, and the node, chosen
+    deepest = torch.where(reached.any(), (reached * tree.device_depths).argmax() + 1, 0)  # its row in p
     tried = parent_row == deepest  # the deepest reached node's children: all tested, all refused
     refused = torch.zeros(p.shape[1], device=device).index_add_(0, tokens, tried.float())
     if relaxation is not None:
@@ -275,7 +288,7 @@ class TreeLoop:
         logits = self.session.forward(fed, parents=[-1] + [parent + 1 for parent in tree.parents])
         p = self.sampling.probabilities(logits)
         forwarded = self.clock.mark()
-        verdict = verify_tree(p, tree.device_tokens, tree.parents, self.generator, self.relaxation)
+        verdict = verify_tree(p, tree, self.generator, self.relaxation)
         verified = self.clock.mark()
         n = len(tree.tokens)
         packed = torch.cat([verdict.next_token, verdict.reached.long(), verdict.fate]).double()
@@ -286,7 +299,7 @@ class TreeLoop:
         path = [node for node in range(n) if reached[node]]  # parents come first: in order of depth
         self.session.commit([0] + [node + 1 for node in path])
         on_path = torch.cat([torch.ones(1, dtype=torch.bool, device=p.device), verdict.reached])
-        depths = torch.tensor([0, *tree.depths], device=p.device)
+        depths = torch.cat([tree.device_depths.new_zeros(1), tree.device_depths])
         model_rows = logits.float().softmax(-1)
         features = getattr(self.session, "features", None)
         self.drafter.observe(VerifiedPass(self.head_position, len(path), fed, depths, model_rows, on_path, features))
