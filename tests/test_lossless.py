@@ -120,6 +120,14 @@ def test_a_tree_that_keeps_refused_siblings_in_p_is_caught(monkeypatch):
     assert not report.matches and report.p_value < 1e-6
 
 
+def test_a_tree_that_may_draw_a_refused_child_again_is_caught(monkeypatch):
+    """The token after the accepted path drawn from all of p, the refused children left in."""
+    monkeypatch.setattr("specviz.decoding.tree.without_refused", lambda p, refused: p)
+    report = check_lossless("eagle2", samples=600, seed=11)
+    print(report.summary())
+    assert not report.matches and report.p_value < 1e-6
+
+
 def test_sjd_without_the_residual_is_caught(monkeypatch):
     """Resampling a rejected position from p_new instead of norm(max(0, p_new - p_old)) biases it."""
     monkeypatch.setattr("specviz.decoding.sampling.residual", lambda p_new, p_old: p_new)

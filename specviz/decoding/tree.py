@@ -198,6 +198,14 @@ def sibling_acceptance(mass: torch.Tensor, earlier: torch.Tensor) -> torch.Tenso
     return (mass / left).clamp(max=1.0)
 
 
+def without_refused(p: torch.Tensor, refused: torch.Tensor) -> torch.Tensor:
+    """The draw after every tested child was refused: p (V,) without the `refused` tokens, renormalised
+    (p itself where nothing is left)."""
+    left_over = p * ~refused
+    total = left_over.sum()
+    return torch.where(total > RESIDUAL_EPSILON, left_over / total.clamp(min=RESIDUAL_EPSILON), p)
+
+
 def verify_tree(
     p: torch.Tensor, tree: GrownTree, generator: torch.Generator, relaxation: Relaxation | None = None
 ) -> TreeVerdict:
@@ -223,9 +231,7 @@ def verify_tree(
     refused = torch.zeros(p.shape[1], device=device).index_add_(0, tokens, tried.float())
     if relaxation is not None:
         refused.index_add_(0, pooled.flatten(), (in_group & tried[:, None]).flatten().float())
-    left_over = p[deepest] * (refused == 0)
-    total = left_over.sum()
-    residual = torch.where(total > RESIDUAL_EPSILON, left_over / total.clamp(min=RESIDUAL_EPSILON), p[deepest])
+    residual = without_refused(p[deepest], refused > 0)
     parent_reached = torch.cat([torch.ones(1, dtype=torch.bool, device=device), reached])[parent_row]
     tested = parent_reached & ~((earlier @ chosen.float()) > 0)
     fate = tested.long() + reached.long()

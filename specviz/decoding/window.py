@@ -336,6 +336,8 @@ class JacobiWindow:
             sources = [min(s, self.known_upto) if s >= 0 else self.known_upto for s in self.source_of[first : last + 1]]
         else:
             tokens = self._repeat_or_random(first, last)
+            # q one-hot, as the official SJD code records new drafts (`scores_of_rand_tokens`): tested as a
+            # fixed draft, accepted with p(x); recording a uniform q would accept with min(1, V p(x))
             probs = torch.nn.functional.one_hot(tokens, self.vocab).float()
             sources = self.source_of[first : last + 1]
         forced = self.forced[positions]
