@@ -73,6 +73,9 @@ def test_peanut_repeats_the_left_tree_and_applies_eq_2_within_the_bounds():
     shallow = PeanutShape(params, _grid_session())
     shallow.learn(1, TreeShape(1, 12), levels=1, accepted=0, committed=1)
     assert shallow.shape(2) == TreeShape(1, 15, alpha=0.0)  # depth 1: top-k bounded by the tree's size only
+    floored = PeanutShape(PeanutParameters(depth_min=1, tree_depth=3), _grid_session())
+    floored.learn(1, TreeShape(2, 12), levels=2, accepted=0, committed=1)
+    assert floored.shape(2) == TreeShape(2, 13, alpha=0.0)  # d~ - l_d = 1 clamped to 2: k stays below k_max
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,8 @@ Where the paper is silent, our choices:
   (the paper's vertical repeat). A first drafted position that is a layout slot repeats the head's tree.
   The first tree of the image (the cell to its left was drawn from the prefill, by no tree) takes
   `tree_depth` and `tree_top_k`, by default the middle of the bounds, unadapted.
-- "We only restrict the top-k when d~ +- l_d > 1": a tree whose new depth d~ +- l_d is 1 or less
-  (clamped to depth 1) has no top-k bound above but the tree's size (a depth-1 tree of k nodes costs k,
+- "We only restrict the top-k when d~ +- l_d > 1", read after the depth bounds: a tree whose depth
+  comes out at 1 has no top-k bound above but the tree's size (a depth-1 tree of k nodes costs k,
   not k^2), so a run of negative trees widens it past k_max; the first positive tree, two levels deep,
   brings k back inside the bounds. The lower bound k_min always holds.
 
@@ -71,13 +71,10 @@ class PeanutShape:
         previous, alpha = origin
         positive = alpha >= p.beta
         depth = previous.depth + (p.depth_step if positive else -p.depth_step)
+        depth = min(max(depth, p.depth_min + 1), p.depth_max - 1)
         top_k = previous.top_k + (-p.top_k_step if positive else p.top_k_step)
         top_k_limit = p.top_k_max - 1 if depth > 1 else p.tree_tokens
-        return TreeShape(
-            depth=min(max(depth, p.depth_min + 1), p.depth_max - 1),
-            top_k=max(min(top_k, top_k_limit), p.top_k_min + 1),
-            alpha=alpha,
-        )
+        return TreeShape(depth=depth, top_k=max(min(top_k, top_k_limit), p.top_k_min + 1), alpha=alpha)
 
     def learn(self, first_position: int, shape: TreeShape, levels: int, accepted: int, committed: int) -> None:
         outcome = (shape, accepted / levels)
