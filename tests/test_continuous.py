@@ -126,6 +126,24 @@ def test_each_continuous_method_makes_a_whole_image_and_a_valid_trace(pair, meth
     assert run(pair, method, "red apple", 0, params=params).vectors == trace.vectors  # seeded
 
 
+def test_the_draft_alone_is_reported_as_the_draft_not_as_a_speedup(pair):
+    """ar-draft is another model, not a decoding of the target: its passes are the draft's, its map says
+    nothing was verified, and the race states its time as the cost ratio c."""
+    from specviz import viz
+    from specviz.ui.race import race_summary
+
+    alone, ar = run(pair, "ar-draft", "red apple", 0), run(pair, "ar", "red apple", 0)
+    assert viz.draft_alone(alone) and not viz.draft_alone(ar)
+    facts = viz.summary(alone, ar)
+    assert facts["nfe"] == alone.draft_nfe == 16 and facts["step_compression"] == 1.0
+    assert set(viz.token_sources(alone)) == {"unverified"}
+    text = race_summary(alone, ar)
+    assert "the draft model alone" in text and "cost ratio c" in text and "16 passes of the draft" in text
+    assert "step compression" not in text and "speedup" not in text
+    title = viz.race_figure(alone, ar).layout.title.text
+    assert "the draft model alone" in title
+
+
 def test_the_methods_of_one_kind_of_token_refuse_the_other(pair, tiny):
     with pytest.raises(UnsupportedMethod, match="continuous tokens"):
         run(pair, "sjd", "red apple", 0)

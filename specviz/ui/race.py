@@ -72,13 +72,18 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
         f"### {trace.method}: {viz.ratio_text(facts['step_compression'])} step compression, "
         f"{viz.latency_text(facts['latency_speedup'])}" + (f" ({viz.spread_text(spread)})" if spread else "")
     )
+    if viz.draft_alone(trace):  # another model, not a decoding of the target: its time is CSpD's cost ratio
+        c = trace.seconds / ar.seconds if ar.seconds else float("nan")
+        headline = f"### {trace.method}: the draft model alone, {c:.2f}x the target's AR time (CSpD's cost ratio c)"
+        lossless = "**lossy**: the draft's own images, never verified by the target"
+        tau = " of the draft"
     pending = ""
     if timing:
         rounds = len(trace.timings or ())
         pending = f"{RETIMING} {rounds} of {timing} done: the clocks below are provisional.*\n\n"
     return (
         f"{pending}{headline}\n"
-        f"{trace.method} ({lossless}): {trace.nfe} passes{tau}, {trace.seconds:.2f} s · "
+        f"{trace.method} ({lossless}): {facts['nfe']} passes{tau}, {trace.seconds:.2f} s · "
         f"AR: {ar.nfe} passes, {ar.seconds:.2f} s · same prompt, seed and sampling; {how}."
     )
 

@@ -372,20 +372,31 @@ def spread_text(speedup: Speedup) -> str:
     return f"{span} over {speedup.repeats} timings"
 
 
+def draft_alone(trace: Trace) -> bool:
+    """A continuous pair's draft model run alone (ar-draft): every token the draft's, none verified, and
+    the target's one pass the prefill. Its passes are the draft's, and against AR it measures the cost
+    ratio c, not a speedup."""
+    return bool(trace.continuous and trace.draft_nfe) and all(
+        not it.continuous.fate and set(it.continuous.source) <= {"draft"} for it in trace.iterations
+    )
+
+
 def summary(trace: Trace, ar: Trace | None = None) -> dict:
     """Headline numbers of a run and, given the AR run of the same prompt and seed, its speedups.
 
+    `nfe` counts the passes of the model that drew the tokens (the draft's for a draft alone);
     `nfe_ratio` is AR's model passes over this run's (how many times fewer passes it needed).
     """
     tokens = len(trace.tokens)
+    passes = trace.draft_nfe if draft_alone(trace) else trace.nfe
     result: dict = {
         "method": trace.method,
         "tokens": tokens,
-        "nfe": trace.nfe,
+        "nfe": passes,
         "seconds": trace.seconds,
-        "step_compression": tokens / trace.nfe if trace.nfe else float("nan"),
+        "step_compression": tokens / passes if passes else float("nan"),
     }
     if ar is not None:
         result["latency_speedup"] = ar.seconds / trace.seconds if trace.seconds else float("nan")
-        result["nfe_ratio"] = ar.nfe / trace.nfe if trace.nfe else float("nan")
+        result["nfe_ratio"] = ar.nfe / passes if passes else float("nan")
     return result

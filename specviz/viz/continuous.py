@@ -25,6 +25,7 @@ SOURCES = {
     "capped": ("resampling hit its cap: a plain target draw", OKABE_ITO["yellow"]),
     "target": ("drawn by the target after a fully accepted draft", "new"),
     "pending": ("not generated yet", "pending"),
+    "unverified": ("drawn by the draft model alone, never verified", OKABE_ITO["reddish_purple"]),
 }
 FATE_COLOURS = {"accepted": "accepted", "rejected": "rejected", "discarded": "pending"}
 COORDINATES = ("token coordinate 1 (first principal component)", "token coordinate 2")
@@ -52,7 +53,9 @@ def token_sources(trace: Trace, j: int | None = None) -> np.ndarray:
     for it in trace.iterations[: last + 1]:
         drafted = bool(it.continuous.fate)
         for offset, source in enumerate(it.continuous.source):
-            sources[it.start + offset] = "alone" if source == "target" and not drafted else source
+            if not drafted:  # no draft was tested: a model drew this token on its own
+                source = "alone" if source == "target" else "unverified"
+            sources[it.start + offset] = source
     return sources
 
 

@@ -15,6 +15,7 @@ from specviz.trace import Trace
 from specviz.viz.analysis import (
     MAP_KINDS,
     acceptance_maps,
+    draft_alone,
     fates,
     grid_state,
     has_trees,
@@ -393,7 +394,12 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     numbers = summary(trace, ar)
     palette = colors(dark)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("model passes (NFE)", "latency (seconds)"))
-    for col, (value, text) in enumerate([(lambda t: t.nfe, "{:d}"), (lambda t: t.seconds, "{:.2f} s")], start=1):
+    alone = draft_alone(trace)  # its passes are the draft's: one bar, not the target's prefill beside them
+
+    def passes(run: Trace) -> int:
+        return run.draft_nfe if run is trace and alone else run.nfe
+
+    for col, (value, text) in enumerate([(passes, "{:d}"), (lambda t: t.seconds, "{:.2f} s")], start=1):
         for run, color in ((ar, palette["committed"]), (trace, palette["accepted"])):
             fig.add_trace(
                 go.Bar(
@@ -411,7 +417,7 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
                 row=1,
                 col=col,
             )
-    if trace.draft_nfe is not None and trace.method != ar.method:  # a draft model's passes, beside the target's
+    if trace.draft_nfe is not None and trace.method != ar.method and not alone:  # the draft's, beside the target's
         fig.add_trace(
             go.Bar(
                 x=[f"{trace.method}: draft"], y=[trace.draft_nfe], name="draft model passes",
@@ -422,13 +428,16 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
         )  # fmt: skip
         # three entries: a legend below the plots leaves both panels their width (their titles stay apart)
         fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0.5, "xanchor": "center"})
-    for col, value in enumerate((lambda t: t.nfe, lambda t: t.seconds), start=1):
+    for col, value in enumerate((passes, lambda t: t.seconds), start=1):
         top = 1.2 * max(value(trace), value(ar), trace.draft_nfe or 0 if col == 1 else 0) or 1.0  # room for labels
         fig.update_yaxes(range=[0, top], row=1, col=col)
     title = (
         f"{trace.method} vs {ar.method}: {ratio_text(numbers['step_compression'])} step compression,<br>"
         f"{latency_text(numbers['latency_speedup'])}"
     )
+    if alone:
+        c = trace.seconds / ar.seconds if ar.seconds else float("nan")
+        title = f"{trace.method}: the draft model alone,<br>{c:.2f}x the target's AR time (cost ratio c)"
     return _subplot_titles_as_text(_finish(fig, title, 420, dark, large))
 
 

@@ -21,7 +21,8 @@ COLORMAPS = {False: "cividis", True: "viridis"}
 # the key of a continuous run's map, in the colours of the app's header swatches
 SOURCES_KEY = (
     "where each token came from (green: draft accepted; vermillion: rejected, resampled; grey: the target "
-    "alone; sky blue: the target after a fully accepted draft; yellow: resampling capped)"
+    "alone; sky blue: the target after a fully accepted draft; yellow: resampling capped; reddish purple: "
+    "the draft model alone, never verified)"
 )
 
 
