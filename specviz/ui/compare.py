@@ -150,6 +150,7 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
         [tab.table, tab.plot, tab.note],
         concurrency_limit=1,
         concurrency_id="gpu",
+        show_progress_on=tab.note,  # the rows arrive one by one; a refusal marks the note, not the table
     )
 
     @gpu

@@ -313,14 +313,16 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
             return gr.update(), gr.update(), gr.update()
         return iteration_views(state, j, big, night)
 
-    iteration.change(at_iteration, [runs, iteration, controls.large, controls.dark], tab.views[:3])
+    # no spinner on a step: during playback one would cover every frame (a step draws in a fraction of a second)
+    stepped = {"show_progress": "hidden"}
+    iteration.change(at_iteration, [runs, iteration, controls.large, controls.dark], tab.views[:3], **stepped)
 
     def tick(state: dict, j: float):
         if not state or j >= len(state["trace"].iterations) - 1:
             return gr.update(), gr.Timer(active=False)
         return int(j) + 1, gr.update()
 
-    timer.tick(tick, [runs, iteration], [iteration, timer])
+    timer.tick(tick, [runs, iteration], [iteration, timer], **stepped)
     buttons["play"].click(lambda: gr.Timer(active=True), None, timer)
     buttons["pause"].click(lambda: gr.Timer(active=False), None, timer)
 
@@ -336,7 +338,7 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
         button.click(functools.partial(next_of_kind, kind), [runs, iteration], iteration)
     buttons["step_back"].click(functools.partial(step_by, -1), [runs, iteration], iteration)
     buttons["step_on"].click(functools.partial(step_by, 1), [runs, iteration], iteration)
-    iteration.change(describe_iteration, [runs, iteration], buttons["note"])
+    iteration.change(describe_iteration, [runs, iteration], buttons["note"], **stepped)
     buttons["speed"].change(lambda seconds: gr.Timer(value=seconds), buttons["speed"], timer)
 
     contrast_event = tab.contrast_button.click(

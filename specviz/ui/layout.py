@@ -32,6 +32,13 @@ CSS = """
 """
 TOGGLE_LARGE = "(large) => { document.body.classList.toggle('specviz-large', large); }"
 TOGGLE_DARK = "(dark) => { document.body.classList.toggle('dark', dark); }"
+# a plot drawn while its tab was hidden takes Plotly's default 700 px width, clipped in a narrower column:
+# showing a tab tells Plotly to fit its plots to their boxes again
+FIT_PLOTS_ON_TAB = """() => {
+  document.addEventListener('click', (event) => {
+    if (event.target.closest('button[role=tab]')) setTimeout(() => window.dispatchEvent(new Event('resize')), 60);
+  });
+}"""
 
 
 def build() -> gr.Blocks:
@@ -98,6 +105,7 @@ def build() -> gr.Blocks:
             cancels=[race_event, *preset_races, compare_event, contrast_event],
         )
         demo.load(None, None, None, js=inspection.ARROW_KEYS)
+        demo.load(None, None, None, js=FIT_PLOTS_ON_TAB)
         side.large.change(None, side.large, None, js=TOGGLE_LARGE)
         side.dark.change(None, side.dark, None, js=TOGGLE_DARK)
     for block in demo.blocks.values():

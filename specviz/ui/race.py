@@ -32,13 +32,19 @@ def counter(method: str, nfe: int, tokens: int, total: int, seconds: float) -> s
     return f"**{method}** · NFE {nfe} · {tokens}/{total} tokens · {seconds:.2f} s"
 
 
+def passes(stream: RunStream) -> int:
+    """The passes so far of the model that draws the stream's tokens (the draft's for a draft alone)."""
+    return viz.summary(stream.trace())["nfe"] if stream.continuous and stream.tokens else stream.session.nfe
+
+
 def live_counter(stream: RunStream) -> str:
     total = stream.session.geometry.seq_len
-    return counter(stream.method, stream.session.nfe, len(stream.tokens), total, stream.elapsed)
+    return counter(stream.method, passes(stream), len(stream.tokens), total, stream.elapsed)
 
 
 def final_counter(trace: Trace) -> str:
-    return counter(trace.method, trace.nfe, len(trace.tokens), len(trace.geometry.layout), trace.seconds)
+    nfe = viz.summary(trace)["nfe"]
+    return counter(trace.method, nfe, len(trace.tokens), len(trace.geometry.layout), trace.seconds)
 
 
 def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: int = 0) -> str:
@@ -47,12 +53,15 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
     clocks are the race's own on a device where drawing competed with the model; `timing`: the undisturbed
     repeats planned, while they still run (the summary then starts with RETIMING, which Stop reads)."""
     facts = viz.summary(trace, ar)
-    lossless = (
-        "lossless: it samples exactly AR's distribution, though not the same image, as the two spend their "
-        "random numbers differently"
-        if trace.lossless
-        else "**lossy**: its images follow a distribution that differs from AR's"
-    )
+    if not trace.lossless:
+        lossless = "**lossy**: its images follow a distribution that differs from AR's"
+    elif trace.tokens == ar.tokens:  # greedy decoding, or the same draws by chance
+        lossless = "lossless: it samples exactly AR's distribution, and here made the very same image"
+    else:
+        lossless = (
+            "lossless: it samples exactly AR's distribution, though not the same image, as the two spend their "
+            "random numbers differently"
+        )
     spread = viz.timed_speedup(trace, ar)
     if spread is not None:
         how = (
@@ -243,11 +252,11 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             return {tab.progress: shown_map, tab.progress_title: f"{run.method}: {title}"}
 
         def bars(*done: Trace) -> str:
-            return race_bars([(t.method, t.nfe, t.seconds) for t in done], total)
+            return race_bars([(t.method, viz.summary(t)["nfe"], t.seconds) for t in done], total)
 
         def live_bars() -> str:
             streams = (contest.contender, contest.baseline)
-            return race_bars([(s.method, s.session.nfe, s.elapsed) for s in streams], total)
+            return race_bars([(s.method, passes(s), s.elapsed) for s in streams], total)
 
         def both() -> dict:
             moved = {

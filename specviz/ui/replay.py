@@ -104,7 +104,12 @@ def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slide
         instructive iteration."""
         if not paths:
             return (gr.update(),) * len(outputs)
-        state = replayed([Trace.load(path) for path in paths])
+        try:
+            state = replayed([Trace.load(path) for path in paths])
+        except TraceError as error:  # said on the status line; the run on screen and the controls stay
+            log.warning("refused upload: %s", error)
+            gr.Warning(str(error))
+            return gr.skip(), f"**Not loaded**: {error}", *(gr.skip(),) * (len(outputs) - 2)
         trace = state["trace"]
         note = f"Loaded **{trace.method}** on **{trace.model}**: "
         note += f"{len(trace.iterations)} iterations, NFE {trace.nfe}"
@@ -116,7 +121,10 @@ def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slide
         return state, note, opened_at(trace), None, *restored
 
     outputs = [runs, tab.status, iteration, tab.downloads, *controls.restored_outputs()]
-    refresh_after(tab.upload.upload(replay, [tab.upload, controls.large, controls.dark], outputs))
+    # any other refusal marks the status line, not every control the upload would have set
+    inputs = [tab.upload, controls.large, controls.dark]
+    loaded = tab.upload.upload(replay, inputs, outputs, show_progress_on=tab.status)
+    refresh_after(loaded)
 
     @user_errors
     def export(state: dict, j: float, night: bool, with_ar: bool = True):
