@@ -130,10 +130,15 @@ def test_the_draft_alone_is_reported_as_the_draft_not_as_a_speedup(pair):
     """ar-draft is another model, not a decoding of the target: its passes are the draft's, its map says
     nothing was verified, and the race states its time as the cost ratio c."""
     from specviz import viz
-    from specviz.ui.race import race_summary
+    from specviz.decoding import RunStream
+    from specviz.ui.race import passes, race_summary
 
     alone, ar = run(pair, "ar-draft", "red apple", 0), run(pair, "ar", "red apple", 0)
     assert viz.draft_alone(alone) and not viz.draft_alone(ar)
+    live = RunStream(pair, "ar-draft", "red apple", 0)
+    while live.step() is not None:
+        pass
+    assert passes(live) == 16  # the race's live counter and bars
     facts = viz.summary(alone, ar)
     assert facts["nfe"] == alone.draft_nfe == 16 and facts["step_compression"] == 1.0
     assert set(viz.token_sources(alone)) == {"unverified"}

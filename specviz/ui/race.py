@@ -34,7 +34,9 @@ def counter(method: str, nfe: int, tokens: int, total: int, seconds: float) -> s
 
 def passes(stream: RunStream) -> int:
     """The passes so far of the model that draws the stream's tokens (the draft's for a draft alone)."""
-    return viz.summary(stream.trace())["nfe"] if stream.continuous and stream.tokens else stream.session.nfe
+    if stream.continuous and viz.only_the_draft_drew(stream.iterations):
+        return stream.session.draft.nfe
+    return stream.session.nfe
 
 
 def live_counter(stream: RunStream) -> str:
@@ -82,7 +84,7 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
         f"{viz.latency_text(facts['latency_speedup'])}" + (f" ({viz.spread_text(spread)})" if spread else "")
     )
     if viz.draft_alone(trace):  # another model, not a decoding of the target: its time is CSpD's cost ratio
-        c = trace.seconds / ar.seconds if ar.seconds else float("nan")
+        c = facts["cost_ratio"]
         headline = f"### {trace.method}: the draft model alone, {c:.2f}x the target's AR time (CSpD's cost ratio c)"
         lossless = "**lossy**: the draft's own images, never verified by the target"
         tau = " of the draft"

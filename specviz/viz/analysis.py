@@ -372,20 +372,26 @@ def spread_text(speedup: Speedup) -> str:
     return f"{span} over {speedup.repeats} timings"
 
 
-def draft_alone(trace: Trace) -> bool:
-    """A continuous pair's draft model run alone (ar-draft): every token the draft's, none verified, and
-    the target's one pass the prefill. Its passes are the draft's, and against AR it measures the cost
-    ratio c, not a speedup."""
-    return bool(trace.continuous and trace.draft_nfe) and all(
-        not it.continuous.fate and set(it.continuous.source) <= {"draft"} for it in trace.iterations
+def only_the_draft_drew(iterations: list[Iteration]) -> bool:
+    """Every token of these iterations drawn by a continuous pair's draft model, none verified (ar-draft)."""
+    return bool(iterations) and all(
+        it.continuous is not None and not it.continuous.fate and set(it.continuous.source) <= {"draft"}
+        for it in iterations
     )
+
+
+def draft_alone(trace: Trace) -> bool:
+    """A continuous pair's draft model run alone (ar-draft), the target's one pass the prefill. Its passes
+    are the draft's, and against AR it measures the cost ratio c, not a speedup."""
+    return bool(trace.continuous and trace.draft_nfe) and only_the_draft_drew(trace.iterations)
 
 
 def summary(trace: Trace, ar: Trace | None = None) -> dict:
     """Headline numbers of a run and, given the AR run of the same prompt and seed, its speedups.
 
     `nfe` counts the passes of the model that drew the tokens (the draft's for a draft alone);
-    `nfe_ratio` is AR's model passes over this run's (how many times fewer passes it needed).
+    `nfe_ratio` is AR's model passes over this run's (how many times fewer passes it needed); a draft
+    alone also gets `cost_ratio`, its seconds over AR's (CSpD's c).
     """
     tokens = len(trace.tokens)
     passes = trace.draft_nfe if draft_alone(trace) else trace.nfe
@@ -399,4 +405,6 @@ def summary(trace: Trace, ar: Trace | None = None) -> dict:
     if ar is not None:
         result["latency_speedup"] = ar.seconds / trace.seconds if trace.seconds else float("nan")
         result["nfe_ratio"] = ar.nfe / passes if passes else float("nan")
+        if draft_alone(trace):
+            result["cost_ratio"] = trace.seconds / ar.seconds if ar.seconds else float("nan")
     return result

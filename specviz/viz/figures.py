@@ -397,7 +397,7 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     alone = draft_alone(trace)  # its passes are the draft's: one bar, not the target's prefill beside them
 
     def passes(run: Trace) -> int:
-        return run.draft_nfe if run is trace and alone else run.nfe
+        return numbers["nfe"] if run is trace else run.nfe
 
     for col, (value, text) in enumerate([(passes, "{:d}"), (lambda t: t.seconds, "{:.2f} s")], start=1):
         for run, color in ((ar, palette["committed"]), (trace, palette["accepted"])):
@@ -436,7 +436,7 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
         f"{latency_text(numbers['latency_speedup'])}"
     )
     if alone:
-        c = trace.seconds / ar.seconds if ar.seconds else float("nan")
+        c = numbers["cost_ratio"]
         title = f"{trace.method}: the draft model alone,<br>{c:.2f}x the target's AR time (cost ratio c)"
     return _subplot_titles_as_text(_finish(fig, title, 420, dark, large))
 
