@@ -10,18 +10,34 @@ from __future__ import annotations
 
 import math
 import os
+import reprlib
 import tempfile
 import unicodedata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 MAX_PROMPT_CHARS = 2000
+QUOTED_CHARS = 40  # a bad value is quoted in a message up to this many characters
+_SHORT_REPR = reprlib.Repr()  # containers and other values, shortened as `brief` quotes them
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = QUOTED_CHARS
+_SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxdict = 6
 MAX_SEED = 2**63 - 1  # torch generators take 64-bit seeds; keep to the non-negative half
 
 
 class InputError(ValueError):
     """A value a user can correct; the message says how."""
+
+
+def brief(value: object, limit: int = QUOTED_CHARS) -> str:
+    """`value` as a message quotes it: its repr cut to about `limit` characters, with the full length
+    of a long text said, so a hostile megabyte costs one short line in the reply and in the log (the
+    cut is made before the repr, which would otherwise copy the whole value)."""
+    if isinstance(value, str | bytes) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} {'characters' if isinstance(value, str) else 'bytes'})"
+    return _SHORT_REPR.repr(value)
 
 
 class PromptError(InputError):
@@ -56,6 +72,8 @@ def check_seed(seed: object) -> int:
 
 def check_device(name: object) -> torch.device:
     """A torch device this machine has: the CPU, or a CUDA (or Apple MPS) device that is present."""
+    import torch  # here, not at the top: the command line answers --help and argument errors without torch
+
     if not isinstance(name, str) or not name.strip():
         raise InputError("the device must be named, for example cpu or cuda")
     try:
