@@ -7,13 +7,11 @@ is warmed up once before timing. The AR loop itself is checked against the model
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from importlib import resources
 
 import torch
 
@@ -21,39 +19,6 @@ from specviz.decoding import get_method, run
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
 from specviz.viz.analysis import STALL_PASSES, has_trees, per_tree, ratio_text, stalls, verifies_drafts
-
-MAX_PROMPTS = 1000
-MAX_PROMPT_FILE_BYTES = 1024 * 1024
-
-
-class PromptFileError(ValueError):
-    """A prompt file that cannot be read or holds no usable prompt."""
-
-
-def read_prompts(path: str | None) -> list[str]:
-    """Prompts from a UTF-8 file, one per line (blank lines and #-comments skipped), at most
-    MAX_PROMPTS of them; default: the shipped set."""
-    if path is None:
-        text = resources.files("specviz.data").joinpath("prompts.txt").read_text()
-    else:
-        if os.path.exists(path) and not os.path.isfile(path):  # a folder, a device or a FIFO would block
-            raise PromptFileError(f"prompt file {path} is not a regular file")
-        try:
-            with open(path, "rb") as file:
-                data = file.read(MAX_PROMPT_FILE_BYTES + 1)
-            if len(data) > MAX_PROMPT_FILE_BYTES:
-                raise PromptFileError(f"prompt file {path} is larger than {MAX_PROMPT_FILE_BYTES} bytes")
-            text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise PromptFileError(
-                f"cannot read prompt file {path}: {getattr(error, 'strerror', None) or error}"
-            ) from None
-    prompts = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    if not prompts:
-        raise PromptFileError(f"no prompts in {path}")
-    if len(prompts) > MAX_PROMPTS:
-        raise PromptFileError(f"{len(prompts)} prompts in {path}; the limit is {MAX_PROMPTS}")
-    return prompts
 
 
 @dataclass

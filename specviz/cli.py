@@ -1,70 +1,105 @@
-"""Command line: `python -m specviz {run,race,models,bench,check-lossless,figures,...}`; every subcommand has --help."""
+"""Command line: `python -m specviz {run,race,models,bench,check-lossless,figures,...}`; every subcommand has --help.
+
+The parser is built from light modules only (the method catalogue, the model registry, the figure
+options), so --help and argument errors answer at once; each command imports torch, transformers,
+scipy or matplotlib when it starts its work, after everything that can be checked without them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from PIL import Image
-
-from specviz.bench import PromptFileError, bench, read_prompts
-from specviz.bench_continuous import sweep
-from specviz.continuous_lossless import check_continuous, token_check
-from specviz.decoding import METHODS, UnknownMethod, run
+from specviz.decoding.catalogue import CATALOGUE, UnknownMethod, method_info
 from specviz.decoding.params import all_fields
-from specviz.decoding.race import TIMINGS
+from specviz.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN
 from specviz.inputs import (
     InputError,
+    brief,
     check_device,
     check_output_file,
     check_output_folder,
     check_prompt,
     check_seed,
+    output_folder,
+    read_prompts,
+    shown_path,
 )
-from specviz.lossless import TOYS, check_lossless
-from specviz.models.errors import ModelUnavailable, UnknownModel
+from specviz.lossless_toys import TOY_DESCRIPTIONS
+from specviz.models.errors import ModelUnavailable, UnknownModel, UnsupportedMethod
 from specviz.models.imagenet import EXAMPLE_CLASSES
-from specviz.models.protocol import UnsupportedMethod, decode_in_order
 from specviz.models.registry import MODELS, get_entry, load_model
 from specviz.models.settings import SamplingSettings, SettingsError
-from specviz.threads import ThreadSettingError, configure_threads
-from specviz.trace import Trace, TraceError
-from specviz.viz.analysis import has_trees, per_tree
-from specviz.viz.publication import (
-    FIGURES,
-    FORMATS,
-    STYLES,
-    WIDTH_RANGE_IN,
-    FigureOptionError,
-    check_options,
-    parse_formats,
-    write_figure,
-    write_figures,
-)
+from specviz.threads import ThreadSettingError, choose_threads, configure_threads
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from specviz.models.protocol import ImageModel
+    from specviz.trace import Trace
 
 IMAGE_SCALE = 8  # saved PNGs are upscaled with nearest neighbour so each token cell stays crisp
 RUN_FILES = ("image.png", "trace.json")
 DEPTH_MAP_STEM = "depth-map"  # `run` of a tree method also writes depth-map.png
 MAX_BENCH_SEEDS = 1000
+RACE_REPEATS = 3  # as the app times a race (specviz.decoding.race.TIMINGS; a test keeps them equal)
 MAX_RACE_REPEATS = 20
+LOSSLESS_SAMPLES = 20_000  # discrete tokens: a chi-square test on an enumerable toy
+DEFAULT_TOY = "short"
 MAX_LOSSLESS_SAMPLES = 10_000_000
-MAX_CONTINUOUS_SAMPLES = 20_000  # the permutation test holds a distance matrix of (2 x samples)^2 numbers
+CONTINUOUS_SAMPLES = 2_000  # continuous tokens: enough for the energy test to find cspd's deviation
+MAX_CONTINUOUS_SAMPLES = 20_000  # each sample is a whole run of the method's loop: the count bounds the time
+MAX_SWEEP_SETTINGS = 64  # (gamma, pre-fill) pairs of one bench-cspd: each runs every prompt and seed twice
 DEVIATION_POSITIONS = (3, 128, 250)  # a background cell of the first row, the middle, the last row
+MAX_NUMBER_CHARS = 100  # longer number arguments are refused before they are parsed
+MAX_MESSAGE_CHARS = 400  # argparse quotes a bad value whole; its one line is cut here
+ASCII_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+ASCII_NUMBER = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")
 
 
 class UsageError(Exception):
     """Bad input the user can fix; printed as one line, exit status 2."""
 
 
+def integer(text: str) -> int:
+    """An argparse type: a whole number in the digits 0-9 (Python's int() reads the digits of every
+    script, '٣' as 3, which a command line should refuse rather than guess)."""
+    if len(text) > MAX_NUMBER_CHARS or not ASCII_INTEGER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{brief(text)} is not a whole number in the digits 0-9")
+    return int(text)
+
+
+def number(text: str) -> float:
+    """An argparse type: a finite decimal number in the digits 0-9, such as 0.9 or 1e-3."""
+    if len(text) > MAX_NUMBER_CHARS or not ASCII_NUMBER.fullmatch(text) or not math.isfinite(float(text)):
+        raise argparse.ArgumentTypeError(f"{brief(text)} is not a finite number in the digits 0-9")
+    return float(text)
+
+
+def _numbers(text: str, kind: Callable[[str], int | float], flag: str) -> list:
+    """A comma-separated list of numbers, each read as the argparse type `kind` reads one."""
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except argparse.ArgumentTypeError as error:
+        raise UsageError(f"{flag} takes comma-separated numbers: {error}") from None
+    if not values:
+        raise UsageError(f"{flag} names no value")
+    return values
+
+
 def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sampling (defaults: the model's own)")
-    group.add_argument("--temperature", type=float, help="0 means greedy")
-    group.add_argument("--top-k", type=int, help="keep the k most likely tokens (a positive integer)")
-    group.add_argument("--top-p", type=float, help="nucleus sampling mass in (0, 1]")
-    group.add_argument("--guidance", type=float, help="classifier-free guidance scale (1 = off)")
+    group.add_argument("--temperature", type=number, help="0 means greedy")
+    group.add_argument("--top-k", type=integer, help="keep the k most likely tokens (a positive integer)")
+    group.add_argument("--top-p", type=number, help="nucleus sampling mass in (0, 1]")
+    group.add_argument("--guidance", type=number, help="classifier-free guidance scale (1 = off)")
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +113,11 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _method_fields() -> dict:
     """Every method parameter (name -> (type, spec)), from the methods' parameter classes."""
-    return all_fields([method.parameters for method in METHODS.values()])
+    return all_fields([method.parameters for method in CATALOGUE.values()])
+
+
+def _own_parameters(method: str) -> set[str]:
+    return {name for name, _, _ in method_info(method).parameters.fields()}
 
 
 def _method_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,11 +125,10 @@ def _method_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("method parameters (each method takes only its own)")
     for name, (kind, spec) in _method_fields().items():
         defaults: dict[str, list[str]] = {}
-        for method in METHODS.values():
-            for field_name, _, _ in method.parameters.fields():
-                if field_name == name:
-                    value = str(getattr(method.parameters(), name)).lower()
-                    defaults.setdefault(value, []).append(method.name)
+        for method in CATALOGUE.values():
+            if name in _own_parameters(method.name):
+                value = str(getattr(method.parameters(), name)).lower()
+                defaults.setdefault(value, []).append(method.name)
         default = "; ".join(f"{value} for {', '.join(owners)}" for value, owners in defaults.items())
         flag = "--" + name.replace("_", "-")
         text = f"{spec.help} (default {default})"
@@ -99,15 +137,14 @@ def _method_arguments(parser: argparse.ArgumentParser) -> None:
         elif spec.choices:
             group.add_argument(flag, choices=spec.choices, help=text)
         else:
-            group.add_argument(flag, type=kind, help=f"{text}; {spec.low} to {spec.high}")
+            group.add_argument(flag, type=integer if kind is int else number, help=f"{text}; {spec.low} to {spec.high}")
 
 
 def _method_params(args: argparse.Namespace, method: str | None = None) -> dict:
     """Method parameters given on the command line; with `method`, only those that method takes."""
     given = {name: getattr(args, name) for name in _method_fields() if getattr(args, name) is not None}
     if method is not None:
-        own = {name for name, _, _ in METHODS[method].parameters.fields()}
-        given = {k: v for k, v in given.items() if k in own}
+        given = {k: v for k, v in given.items() if k in _own_parameters(method)}
     return given
 
 
@@ -124,46 +161,64 @@ def _sampling(args: argparse.Namespace, default: SamplingSettings) -> SamplingSe
     return SamplingSettings(**settings)
 
 
-def _check_method(name: str) -> None:
-    if name not in METHODS:
-        raise UnknownMethod(f"unknown method {name!r}; available: {', '.join(METHODS)}")
+def _check_method_parameters(args: argparse.Namespace, methods: list[str]) -> None:
+    """Each method's own parameters valid, and every parameter given taken by one of `methods` (a
+    parameter none of them takes would otherwise be dropped without a word)."""
+    given = _method_params(args)
+    for name in methods:
+        method_info(name).resolve(_method_params(args, name))
+    if len(methods) == 1:
+        method_info(methods[0]).resolve(given)  # names the parameters it takes
+    unused = [name for name in given if not any(name in _own_parameters(method) for method in methods)]
+    if unused:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unused)
+        raise UsageError(f"none of the methods {', '.join(methods)} takes {flags}")
 
 
 def _check_run_inputs(args: argparse.Namespace, methods: list[str]) -> None:
-    """Everything that can be checked before a model loads: methods and their parameters, the seed,
-    the device and the sampling values given (the model's own defaults are valid)."""
-    for name in methods:
-        _check_method(name)
-        METHODS[name].resolve(_method_params(args, name))
-    check_device(args.device)
+    """Everything that can be checked before a model loads: methods and their parameters, the device
+    and the sampling values given (the model's own defaults are valid)."""
+    _check_method_parameters(args, methods)
     _sampling(args, SamplingSettings())
+    check_device(args.device)
+
+
+def _load(args: argparse.Namespace) -> ImageModel:
+    """The model the arguments name, once torch's threads are set."""
+    configure_threads()
+    return load_model(args.model, args.weights, args.device, args.draft)
 
 
 def _run_files(method: str) -> tuple[str, ...]:
     """What `run` writes: the image and the trace, and for a tree method the depth map."""
-    known = METHODS.get(method)
+    known = CATALOGUE.get(method)
     return RUN_FILES + ((f"{DEPTH_MAP_STEM}.png",) if known is not None and known.drafts_trees else ())
 
 
 def command_run(args: argparse.Namespace) -> int:
     out = check_output_folder(args.out, _run_files(args.method))
-    _check_run_inputs(args, [args.method])
-    METHODS[args.method].resolve(_method_params(args))  # a parameter this method does not take is an error
     if args.class_label is not None and not get_entry(args.model).class_conditional:
         raise UsageError(f"--class is for class-conditional models (llamagen-c2i, mar-*); {args.model} takes --prompt")
     prompt, seed = check_prompt(args.prompt if args.class_label is None else args.class_label), check_seed(args.seed)
-    model = load_model(args.model, args.weights, args.device, args.draft)
+    _check_run_inputs(args, [args.method])  # the device last: checking it imports torch
+
+    from specviz.decoding import run
+    from specviz.models.protocol import decode_in_order
+    from specviz.viz.analysis import has_trees, per_tree
+    from specviz.viz.publication import write_figure
+
+    model = _load(args)
     sampling = _sampling(args, model.default_sampling)
     trace = run(model, args.method, prompt, seed, sampling, _method_params(args))
     image = decode_in_order(model, trace.vectors if trace.continuous else trace.tokens, trace.geometry.order)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")
-        trace.save(out / "trace.json")
-        if has_trees(trace):
-            write_figure("depth-map", trace, out, DEPTH_MAP_STEM)
+        with output_folder(out):
+            image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")
+            trace.save(out / "trace.json")
+            if has_trees(trace):
+                write_figure("depth-map", trace, out, DEPTH_MAP_STEM)
     except OSError as error:  # the folder was checked before the run; something changed it since
-        raise UsageError(f"cannot write to {out}: {error.strerror or error}") from None
+        raise UsageError(f"cannot write to {shown_path(out)}: {error.strerror or error}") from None
     lossy = "" if trace.lossless else " (lossy)"
     tau = f" tau={per_tree(trace)['tau'].mean():.2f}" if has_trees(trace) else ""
     if trace.continuous:
@@ -179,17 +234,18 @@ def command_run(args: argparse.Namespace) -> int:
 
 def command_race(args: argparse.Namespace) -> int:
     """A method against AR as the app races them, then both timed again undisturbed; a table."""
-    from specviz.decoding.race import Race, time_again, with_timing
-    from specviz.viz.analysis import ratio_text, spread_text, summary, timed_speedup
-
-    _check_run_inputs(args, [args.method])
     if args.method == "ar":
         raise UsageError("race a method against AR, for example --method sjd (ar is the other side)")
+    _check_run_inputs(args, [args.method])
     if not 0 <= args.repeats <= MAX_RACE_REPEATS:
         raise UsageError(f"--repeats must be from 0 to {MAX_RACE_REPEATS}")
     params = _method_params(args)  # checked against the method by _check_run_inputs
     prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
-    model = load_model(args.model, args.weights, args.device, args.draft)
+
+    from specviz.decoding.race import Race, time_again, with_timing
+    from specviz.viz.analysis import ratio_text, spread_text, summary, timed_speedup
+
+    model = _load(args)
     race = Race(model, args.method, prompt, seed, _sampling(args, model.default_sampling), params)
     while race.step() is not None:
         pass
@@ -216,47 +272,50 @@ def command_race(args: argparse.Namespace) -> int:
 
 
 def command_bench_mar(args: argparse.Namespace) -> int:
-    import torch
-
-    from specviz.models.mar.cost import cost_table, measure
     from specviz.models.mar.network import RELEASES
 
-    names = [name.strip() for name in args.models.split(",") if name.strip()]
-    unknown = [name for name in names if name not in RELEASES]
+    names = list(dict.fromkeys(name.strip() for name in args.models.split(",") if name.strip()))
+    unknown = [brief(name) for name in names if name not in RELEASES]
     if unknown or not names:
         raise UsageError(f"--models takes MAR sizes from {', '.join(RELEASES)}, not {', '.join(unknown) or 'nothing'}")
-    rows = sorted(set(_numbers(args.gammas, int, "--gammas")) | {1})
+    rows = sorted(set(_numbers(args.gammas, integer, "--gammas")) | {1})
     if not all(1 <= count <= 64 for count in rows):
         raise UsageError("--gammas must be from 1 to 64")
     if not 1 <= args.repeats <= 100:
         raise UsageError("--repeats must be from 1 to 100")
-    try:
-        device = torch.device(args.device)
-    except RuntimeError:
-        raise UsageError(f"--device {args.device!r} is not a torch device; for example cpu or cuda") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device {device} requested but CUDA is not available; use --device cpu")
+    device = check_device(args.device)
+
+    from specviz.models.mar.cost import cost_table, measure
+
+    configure_threads()
     print(cost_table({name: measure(name, device, rows, args.repeats) for name in names}, device))
     return 0
 
 
 def command_pass_cost(args: argparse.Namespace) -> int:
-    from specviz.decoding.cost import cost_sentence, pass_costs
-
-    sizes = tuple(_numbers(args.sizes, int, "--sizes"))
+    sizes = tuple(_numbers(args.sizes, integer, "--sizes"))
     if not all(1 <= size <= 256 for size in sizes):
         raise UsageError("--sizes must be from 1 to 256")
     if not 1 <= args.repeats <= 100:
         raise UsageError("--repeats must be from 1 to 100")
     check_device(args.device)
     prompt = check_prompt(args.prompt)
-    model = load_model(args.model, args.weights, args.device, args.draft)
+
+    from specviz.decoding.cost import cost_sentence, doubts, pass_costs
+
+    model = _load(args)
     costs = pass_costs(model, prompt, sizes, args.repeats)
     print(f"{args.model} on {args.device}: one forward over n tokens after the prompt (ms, median of {args.repeats})")
     print("\n| tokens | ms | over one token |\n|---:|---:|---:|")
     for cost in costs:
         print(f"| {cost.tokens} | {cost.ms:.2f} | {cost.ratio:.2f} |")
     print(f"\n{cost_sentence(costs)}")
+    found = doubts(costs)
+    if found:
+        print(
+            f"\nwarning: these timings cannot be right: {'; '.join(found)}. Another process probably took the "
+            "cores during the measurement; run it again on a quiet machine, or with more --repeats."
+        )
     return 0
 
 
@@ -268,16 +327,24 @@ def command_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def command_bench(args: argparse.Namespace) -> int:
-    methods = [name.strip() for name in args.methods.split(",") if name.strip()]
+def _methods(text: str) -> list[str]:
+    methods = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))  # each once
     if not methods:
         raise UsageError("--methods names no method; for example --methods sjd,scd-mc")
+    return methods
+
+
+def command_bench(args: argparse.Namespace) -> int:
+    methods = _methods(args.methods)
     json_path = check_output_file(args.json) if args.json else None
     _check_run_inputs(args, methods)
     if not 1 <= args.seeds <= MAX_BENCH_SEEDS:
         raise UsageError(f"--seeds must be from 1 to {MAX_BENCH_SEEDS}")
     prompts = [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
-    model = load_model(args.model, args.weights, args.device, args.draft)
+
+    from specviz.bench import bench
+
+    model = _load(args)
     params = {name: _method_params(args, name) for name in methods}
     sampling = _sampling(args, model.default_sampling)
     report = bench(
@@ -289,30 +356,32 @@ def command_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _numbers(text: str, kind: type, flag: str) -> list:
-    try:
-        values = [kind(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"{flag} takes comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{flag} names no value")
-    return values
-
-
 def command_bench_cspd(args: argparse.Namespace) -> int:
     json_path = check_output_file(args.json) if args.json else None
-    gammas = _numbers(args.gammas, int, "--gammas")
-    prefills = _numbers(args.prefills, float, "--prefills")
+    gammas = list(dict.fromkeys(_numbers(args.gammas, integer, "--gammas")))
+    prefills = list(dict.fromkeys(_numbers(args.prefills, number, "--prefills")))
+    if len(gammas) * len(prefills) > MAX_SWEEP_SETTINGS:
+        raise UsageError(
+            f"--gammas and --prefills make {len(gammas) * len(prefills)} settings; at most {MAX_SWEEP_SETTINGS}"
+        )
     for gamma in gammas:  # the parameter class states the ranges
         for prefill in prefills:
-            METHODS["cspd"].resolve({"gamma": gamma, "prefill": prefill})
+            method_info("cspd").resolve({"gamma": gamma, "prefill": prefill})
     if not 1 <= args.seeds <= MAX_BENCH_SEEDS:
         raise UsageError(f"--seeds must be from 1 to {MAX_BENCH_SEEDS}")
+    if args.deviation and not 100 <= args.deviation <= MAX_CONTINUOUS_SAMPLES:
+        raise UsageError(f"--deviation must be 0 (off) or from 100 to {MAX_CONTINUOUS_SAMPLES} samples")
     if get_entry(args.model).continuous is False:
         raise UsageError(f"bench-cspd needs a continuous-token pair; {args.model} has discrete tokens")
+    _sampling(args, SamplingSettings())
+    check_device(args.device)
     classes = args.prompts is None and get_entry(args.model).class_conditional  # text prompts would not parse
     prompts = list(EXAMPLE_CLASSES) if classes else [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
-    model = load_model(args.model, args.weights, args.device, args.draft)
+
+    from specviz.bench_continuous import sweep
+    from specviz.continuous_lossless import token_check
+
+    model = _load(args)
     sampling = _sampling(args, model.default_sampling)
     report = sweep(model, prompts, list(range(args.seeds)), sampling, gammas, prefills)
     print(report.markdown())
@@ -327,16 +396,22 @@ def command_bench_cspd(args: argparse.Namespace) -> int:
 
 
 def command_check_lossless(args: argparse.Namespace) -> int:
-    _check_method(args.method)
+    method = method_info(args.method)
     check_seed(args.seed)
-    if METHODS[args.method].iterate is None:  # a method for continuous tokens: the two-sample test
+    _check_method_parameters(args, [args.method])
+    if not method.discrete:  # a method for continuous tokens: the two-sample test
         return _check_continuous(args)
-    if not (1 if args.greedy else 100) <= args.samples <= MAX_LOSSLESS_SAMPLES:
-        raise UsageError(f"--samples must be from 100 (20000 or more for a meaningful test) to {MAX_LOSSLESS_SAMPLES}")
-    params = _method_params(args, args.method)
-    report = check_lossless(args.method, args.samples, args.seed, params, toy=args.toy, greedy=args.greedy)
-    claimed = METHODS[args.method].is_lossless(args.greedy)
-    label = "lossless" if claimed else "lossy (the deviation below is what it costs)"
+    samples = LOSSLESS_SAMPLES if args.samples is None else args.samples
+    if not (1 if args.greedy else 100) <= samples <= MAX_LOSSLESS_SAMPLES:
+        raise UsageError(
+            f"--samples must be from 100 ({LOSSLESS_SAMPLES} or more for a meaningful test) to {MAX_LOSSLESS_SAMPLES}"
+        )
+
+    from specviz.lossless import check_lossless
+
+    configure_threads()
+    report = check_lossless(args.method, samples, args.seed, _method_params(args), toy=args.toy, greedy=args.greedy)
+    label = "lossless" if method.is_lossless(args.greedy) else "lossy (the deviation below is what it costs)"
     print(f"{args.method}: claimed {label}")
     print(report.summary())
     return 0 if report.matches else 1
@@ -345,10 +420,20 @@ def command_check_lossless(args: argparse.Namespace) -> int:
 def _check_continuous(args: argparse.Namespace) -> int:
     if args.greedy:
         raise UsageError("--greedy has no meaning for continuous tokens: their heads always sample noise")
-    if not 100 <= args.samples <= MAX_CONTINUOUS_SAMPLES:
-        raise UsageError(f"--samples must be from 100 (2000 or more for a meaningful test) to {MAX_CONTINUOUS_SAMPLES}")
-    report = check_continuous(args.method, args.samples, args.seed, _method_params(args, args.method))
-    claimed = METHODS[args.method].lossless
+    if args.toy != DEFAULT_TOY:
+        raise UsageError("--toy chooses a discrete-token toy; continuous methods are checked on their own toy pair")
+    samples = CONTINUOUS_SAMPLES if args.samples is None else args.samples
+    if not 100 <= samples <= MAX_CONTINUOUS_SAMPLES:
+        raise UsageError(
+            f"--samples must be from 100 ({CONTINUOUS_SAMPLES} or more for a meaningful test) to "
+            f"{MAX_CONTINUOUS_SAMPLES} for continuous tokens"
+        )
+
+    from specviz.continuous_lossless import check_continuous
+
+    configure_threads()
+    report = check_continuous(args.method, samples, args.seed, _method_params(args))
+    claimed = method_info(args.method).lossless
     label = "lossless" if claimed else "not exact (the deviation below is what it costs)"
     print(f"{args.method}: claimed {label}")
     print(report.summary())
@@ -357,21 +442,28 @@ def _check_continuous(args: argparse.Namespace) -> int:
 
 def _load_trace(path: str) -> Trace:
     """A trace file, its path in any message about it."""
+    from specviz.trace import Trace, TraceError
+
     try:
         return Trace.load(path)
     except TraceError as error:
         message = str(error)
-        raise TraceError(message if path in message else f"{path}: {message}") from None
+        raise UsageError(message if path in message else f"{shown_path(path)}: {message}") from None
 
 
 def _image_decoder(traces: list[Trace]) -> Callable[[Trace, list[int]], Image.Image]:
     """Decodes a trace's tokens with the trace's own model; the models load now, before any drawing."""
+    from specviz.models.protocol import decode_in_order
+
+    configure_threads()
     names = dict.fromkeys(trace.model for trace in traces)  # a pair's draft is not needed to draw
     models = {name: load_model(name, None, "cpu", "none" if get_entry(name).drafts else None) for name in names}
     return lambda trace, tokens: decode_in_order(models[trace.model], tokens, trace.geometry.order)
 
 
 def command_figures(args: argparse.Namespace) -> int:
+    from specviz.viz.publication import FigureOptionError, check_options, parse_formats, write_figures
+
     try:
         formats = parse_formats(args.format)
         traces = [(path, _load_trace(path)) for path in args.traces]
@@ -379,9 +471,14 @@ def command_figures(args: argparse.Namespace) -> int:
     except FigureOptionError as error:
         raise UsageError(str(error)) from None
     out = check_output_folder(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     decode = _image_decoder([trace for _, trace in traces]) if args.image else None
-    made = write_figures(traces, out, formats, args.style, args.width_in, args.iteration, decode)
+    try:
+        with output_folder(out):
+            made = write_figures(traces, out, formats, args.style, args.width_in, args.iteration, decode)
+    except FigureOptionError as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(f"cannot write to {shown_path(out)}: {error.strerror or error}") from None
     for path in made.files:
         print(path)
     for note in made.notes:
@@ -393,12 +490,15 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad argument gets one line (the message and where to look), not the whole usage."""
 
     def error(self, message: str):
+        if len(message) > MAX_MESSAGE_CHARS:  # argparse quotes a bad value whole
+            message = f"{message[:MAX_MESSAGE_CHARS]}... ({len(message)} characters)"
         self.exit(2, f"error: {self.prog.removeprefix('python -m ')}: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    invoked = "specviz" if Path(sys.argv[0]).name == "specviz" else "python -m specviz"  # the installed script or -m
     parser = OneLineParser(
-        prog="python -m specviz", description="Speculative and Jacobi decoding for AR image generation, made visible."
+        prog=invoked, description="Speculative and Jacobi decoding for AR image generation, made visible."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -406,13 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="generate one image and save image.png and trace.json (tree methods: also depth-map.png)"
     )
     _model_arguments(run_parser)
-    run_parser.add_argument("--method", default="ar", help=f"one of: {', '.join(METHODS)} (default ar)")
+    run_parser.add_argument("--method", default="ar", help=f"one of: {', '.join(CATALOGUE)} (default ar)")
     what = run_parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="what to draw, e.g. 'red apple'")
     what.add_argument(
         "--class", dest="class_label", help="ImageNet class of a class-conditional model: index or name, e.g. 207"
     )
-    run_parser.add_argument("--seed", type=int, default=0)
+    run_parser.add_argument("--seed", type=integer, default=0)
     run_parser.add_argument("--out", required=True, help="output folder (created if missing)")
     _method_arguments(run_parser)
     _sampling_arguments(run_parser)
@@ -426,9 +526,12 @@ def build_parser() -> argparse.ArgumentParser:
     _model_arguments(race_parser)
     race_parser.add_argument("--method", default="sjd", help="the method to race against AR (default sjd)")
     race_parser.add_argument("--prompt", default="red apple", help="what to draw (a class for a class model)")
-    race_parser.add_argument("--seed", type=int, default=0)
+    race_parser.add_argument("--seed", type=integer, default=0)
     race_parser.add_argument(
-        "--repeats", type=int, default=TIMINGS, help=f"undisturbed repeats of each run (default {TIMINGS}; 0: none)"
+        "--repeats",
+        type=integer,
+        default=RACE_REPEATS,
+        help=f"undisturbed repeats of each run (default {RACE_REPEATS}; 0: none)",
     )
     _method_arguments(race_parser)
     _sampling_arguments(race_parser)
@@ -441,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mar_parser.add_argument("--models", default="mar-b,mar-l,mar-h", help="MAR sizes, comma-separated")
     mar_parser.add_argument("--gammas", default="1,4,8", help="rows of a verification pass (1 is always timed)")
-    mar_parser.add_argument("--repeats", type=int, default=3, help="timed repeats after one warm-up")
+    mar_parser.add_argument("--repeats", type=integer, default=3, help="timed repeats after one warm-up")
     mar_parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
     mar_parser.set_defaults(handler=command_bench_mar)
 
@@ -453,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_arguments(cost_parser)
     cost_parser.add_argument("--prompt", default="red apple", help="the prompt prefilled first (a class for MAR)")
     cost_parser.add_argument("--sizes", default="1,2,4,8,17,33", help="tokens per pass, comma-separated")
-    cost_parser.add_argument("--repeats", type=int, default=5, help="timed repeats after one warm-up")
+    cost_parser.add_argument("--repeats", type=integer, default=5, help="timed repeats after one warm-up")
     cost_parser.set_defaults(handler=command_pass_cost)
 
     models_parser = commands.add_parser("models", help="list registered models and which run offline")
@@ -465,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_arguments(bench_parser)
     bench_parser.add_argument("--methods", default="ar", help="comma-separated methods (default ar)")
     bench_parser.add_argument("--prompts", help="text file, one prompt per line (default: the shipped set)")
-    bench_parser.add_argument("--seeds", type=int, default=2, help="seeds 0..K-1 per prompt (default 2)")
+    bench_parser.add_argument("--seeds", type=integer, default=2, help="seeds 0..K-1 per prompt (default 2)")
     bench_parser.add_argument("--json", help="also write the results to this JSON file")
     bench_parser.add_argument(
         "--skip-generate", action="store_true", help="skip timing our AR loop against transformers' generate()"
@@ -483,11 +586,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_parser.add_argument("--gammas", default="4,8,16,32", help="draft lengths (default 4,8,16,32)")
     sweep_parser.add_argument("--prefills", default="0,0.05,0.15", help="pre-filled shares (default 0,0.05,0.15)")
     sweep_parser.add_argument("--prompts", help="text file, one prompt per line (default: the shipped set)")
-    sweep_parser.add_argument("--seeds", type=int, default=1, help="seeds 0..K-1 per prompt (default 1)")
+    sweep_parser.add_argument("--seeds", type=integer, default=1, help="seeds 0..K-1 per prompt (default 1)")
     sweep_parser.add_argument(
-        "--deviation", type=int, default=0, metavar="SAMPLES",
+        "--deviation", type=integer, default=0, metavar="SAMPLES",
         help="also test one speculative step of cspd and cspd-exact against the target's own draws at three "
-        "positions of the first prompt, with this many samples each (2000: about a minute per position)",
+        f"positions of the first prompt, with this many samples each (100 to {MAX_CONTINUOUS_SAMPLES}; 2000: "
+        "about a minute per position)",
     )  # fmt: skip
     sweep_parser.add_argument("--json", help="also write the results to this JSON file")
     _sampling_arguments(sweep_parser)
@@ -501,15 +605,19 @@ def build_parser() -> argparse.ArgumentParser:
         "tokens (cspd, cspd-exact, ar-draft) are tested against the target's own AR samples on a continuous toy "
         "pair with an energy-distance permutation test; a method claimed exact exits 1 when it differs.",
     )
-    check_parser.add_argument("--method", required=True, help=f"one of: {', '.join(METHODS)}")
-    check_parser.add_argument("--samples", type=int, default=20_000, help="sampled images (default 20000)")
-    check_parser.add_argument("--seed", type=int, default=0)
+    check_parser.add_argument("--method", required=True, help=f"one of: {', '.join(CATALOGUE)}")
+    check_parser.add_argument(
+        "--samples",
+        type=integer,
+        help=f"sampled images (default {LOSSLESS_SAMPLES}; {CONTINUOUS_SAMPLES} for continuous tokens, at most "
+        f"{MAX_CONTINUOUS_SAMPLES})",
+    )
+    check_parser.add_argument("--seed", type=integer, default=0)
     check_parser.add_argument(
         "--toy",
-        choices=list(TOYS),
-        default="short",
-        help="short: 2x2 grid, 4 tokens; long: 2x3 grid whose drafts are carried through several passes; "
-        "llama: a real transformers model and cache at temperature 0.8, top-p 0.9 (default short)",
+        choices=list(TOY_DESCRIPTIONS),
+        default=DEFAULT_TOY,
+        help="; ".join(f"{name}: {text}" for name, text in TOY_DESCRIPTIONS.items()) + f" (default {DEFAULT_TOY})",
     )
     check_parser.add_argument(
         "--greedy", action="store_true", help="temperature 0: one outcome, which every sample must equal"
@@ -522,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
         "figures",
         help="publication figures (PDF, SVG, PNG) from one or more trace.json files",
         description="Writes one file per figure and format: "
-        + "; ".join(kind.title for kind in FIGURES)
+        + "; ".join(kind.title for kind in FIGURE_KINDS)
         + ". Figures that need records a trace lacks are skipped with a note. No model is loaded unless --image.",
     )
     figures_parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace.json files, e.g. a method and AR")
@@ -538,13 +646,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     figures_parser.add_argument(
         "--width-in",
-        type=float,
+        type=number,
         help=f"figure width in inches, {low} to {high} (default "
         + ", ".join(f"{style.width_in} for {name}" for name, style in STYLES.items())
         + ")",
     )
     figures_parser.add_argument(
-        "--iteration", type=int, help="iteration the window figure shows (default: the one showing most fates)"
+        "--iteration", type=integer, help="iteration the window figure shows (default: the one showing most fates)"
     )
     figures_parser.add_argument(
         "--image", action="store_true", help="add the image after that iteration, decoded by the trace's model"
@@ -557,18 +665,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        configure_threads()
+        choose_threads()  # a bad SPECVIZ_THREADS is refused before any work; commands apply it when torch starts
         return args.handler(args)
     except (
         UsageError,
         InputError,
         ThreadSettingError,
-        PromptFileError,
         SettingsError,
         UnknownModel,
         UnknownMethod,
         UnsupportedMethod,
-        TraceError,
     ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

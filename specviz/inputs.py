@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 import os
 import reprlib
+import shutil
 import tempfile
 import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,10 +25,13 @@ if TYPE_CHECKING:
 
 MAX_PROMPT_CHARS = 2000
 QUOTED_CHARS = 40  # a bad value is quoted in a message up to this many characters
+QUOTED_PATH_CHARS = 160  # a path, whose end says most, is quoted in full up to this many characters
 _SHORT_REPR = reprlib.Repr()  # containers and other values, shortened as `brief` quotes them
 _SHORT_REPR.maxstring = _SHORT_REPR.maxother = QUOTED_CHARS
 _SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxdict = 6
 MAX_SEED = 2**63 - 1  # torch generators take 64-bit seeds; keep to the non-negative half
+MAX_PROMPTS = 1000
+MAX_PROMPT_FILE_BYTES = 1024 * 1024
 
 
 class InputError(ValueError):
@@ -35,8 +42,10 @@ def brief(value: object, limit: int = QUOTED_CHARS) -> str:
     """`value` as a message quotes it: its repr cut to about `limit` characters, with the full length
     of a long text said, so a hostile megabyte costs one short line in the reply and in the log (the
     cut is made before the repr, which would otherwise copy the whole value)."""
-    if isinstance(value, str | bytes) and len(value) > limit:
-        return f"{value[:limit]!r}... ({len(value)} {'characters' if isinstance(value, str) else 'bytes'})"
+    if isinstance(value, str | bytes):
+        if len(value) > limit:
+            return f"{value[:limit]!r}... ({len(value)} {'characters' if isinstance(value, str) else 'bytes'})"
+        return repr(value)
     return _SHORT_REPR.repr(value)
 
 
@@ -66,7 +75,7 @@ def check_seed(seed: object) -> int:
     if isinstance(seed, float) and math.isfinite(seed) and seed.is_integer():
         seed = int(seed)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise InputError(f"the seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+        raise InputError(f"the seed must be an integer from 0 to {MAX_SEED}, got {brief(seed)}")
     return seed
 
 
@@ -79,18 +88,39 @@ def check_device(name: object) -> torch.device:
     try:
         device = torch.device(name.strip())
     except (RuntimeError, ValueError):
-        raise InputError(f"unknown device {name!r}; use cpu or cuda (cuda:N for the N-th GPU)") from None
+        raise InputError(f"unknown device {brief(name)}; use cpu or cuda (cuda:N for the N-th GPU)") from None
     if device.type == "cpu":
         return device
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise InputError(f"device {name!r}: CUDA is not available on this machine; use --device cpu")
+            raise InputError(f"device {brief(name)}: CUDA is not available on this machine; use --device cpu")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise InputError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+            raise InputError(f"device {brief(name)}: this machine has {torch.cuda.device_count()} CUDA device(s)")
         return device
     if device.type == "mps" and torch.backends.mps.is_available():
         return device
-    raise InputError(f"device {name!r} is not available here; use cpu or cuda")
+    raise InputError(f"device {brief(name)} is not available here; use cpu or cuda")
+
+
+def shown_path(path: object) -> str:
+    """A path as a message quotes it: in full unless it is long enough to flood the line."""
+    text = str(path)
+    return text if len(text) <= QUOTED_PATH_CHARS else brief(text, QUOTED_PATH_CHARS)
+
+
+def _refuse_git_folder(path: Path) -> None:
+    """Nothing is written into a `.git` folder (a repository's own store), however the path reaches it."""
+    for candidate in (path, Path(os.path.realpath(path))):  # Path.resolve raises on a symbolic-link loop
+        if any(part.casefold() == ".git" for part in candidate.parts):
+            raise InputError(f"cannot write to {shown_path(path)}: it is inside a .git folder; choose another folder")
+
+
+def missing_folders(path: Path) -> list[Path]:
+    """The folders that would have to be created for `path` to exist, the deepest first."""
+    missing: list[Path] = []
+    while not path_exists(missing[-1].parent if missing else path):
+        missing.append(missing[-1].parent if missing else path)
+    return missing
 
 
 def check_output_folder(folder: object, files: tuple[str, ...] = ()) -> Path:
@@ -101,30 +131,46 @@ def check_output_folder(folder: object, files: tuple[str, ...] = ()) -> Path:
     if not isinstance(folder, str | os.PathLike) or not str(folder).strip():
         raise InputError("the output folder must be named (--out DIR)")
     path = Path(folder).expanduser()
-    missing = []
-    while not path_exists(missing[-1].parent if missing else path):
-        missing.append(missing[-1].parent if missing else path)
     created = []
     try:
-        for directory in reversed(missing):
+        _refuse_git_folder(path)
+        for directory in reversed(missing_folders(path)):
             directory.mkdir()
             created.append(directory)
         if not path.is_dir():
-            raise InputError(f"cannot write to {path}: it is not a folder")
+            raise InputError(f"cannot write to {shown_path(path)}: it is not a folder")
         with tempfile.TemporaryFile(dir=path):
             pass
-    except OSError as error:
-        raise InputError(f"cannot write to {path}: {error.strerror or error}") from None
+    except OSError as error:  # a name too long for the file system included
+        raise InputError(f"cannot write to {shown_path(path)}: {error.strerror or error}") from None
     finally:
         for directory in reversed(created):
             directory.rmdir()
     for name in files:
         target = path / name
-        if target.exists() and not target.is_file():
-            raise InputError(f"cannot write {target}: something other than a file is already there")
-        if target.exists() and not os.access(target, os.W_OK):
-            raise InputError(f"cannot write {target}: it is not writable")
+        try:
+            if target.exists() and not target.is_file():
+                raise InputError(f"cannot write {shown_path(target)}: something other than a file is already there")
+            if target.exists() and not os.access(target, os.W_OK):
+                raise InputError(f"cannot write {shown_path(target)}: it is not writable")
+        except OSError as error:
+            raise InputError(f"cannot write {shown_path(target)}: {error.strerror or error}") from None
     return path
+
+
+@contextmanager
+def output_folder(path: Path) -> Iterator[Path]:
+    """`path` created (with any missing parents) for the work inside the block; when the block fails,
+    the folders it created are removed again with whatever was written into them, so a failed command
+    leaves nothing behind. Check the folder with `check_output_folder` first."""
+    missing = missing_folders(path)
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    except BaseException:
+        if missing:
+            shutil.rmtree(missing[-1], ignore_errors=True)
+        raise
 
 
 def path_exists(path: Path) -> bool:
@@ -138,4 +184,35 @@ def check_output_file(file: object) -> Path:
         raise InputError("the output file must be named")
     path = Path(file).expanduser()
     check_output_folder(path.parent if str(path.parent) else ".", (path.name,))
+    _refuse_git_folder(path)  # a file named .git, too
     return path
+
+
+class PromptFileError(InputError):
+    """A prompt file that cannot be read or holds no usable prompt."""
+
+
+def read_prompts(path: str | None) -> list[str]:
+    """Prompts from a UTF-8 file, one per line (blank lines and #-comments skipped), at most
+    MAX_PROMPTS of them; default: the shipped set."""
+    if path is None:
+        text = resources.files("specviz.data").joinpath("prompts.txt").read_text()
+    else:
+        if os.path.exists(path) and not os.path.isfile(path):  # a folder, a device or a FIFO would block
+            raise PromptFileError(f"prompt file {shown_path(path)} is not a regular file")
+        try:
+            with open(path, "rb") as file:
+                data = file.read(MAX_PROMPT_FILE_BYTES + 1)
+            if len(data) > MAX_PROMPT_FILE_BYTES:
+                raise PromptFileError(f"prompt file {shown_path(path)} is larger than {MAX_PROMPT_FILE_BYTES} bytes")
+            text = data.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise PromptFileError(
+                f"cannot read prompt file {shown_path(path)}: {getattr(error, 'strerror', None) or error}"
+            ) from None
+    prompts = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not prompts:
+        raise PromptFileError(f"no prompts in {shown_path(path)}")
+    if len(prompts) > MAX_PROMPTS:
+        raise PromptFileError(f"{len(prompts)} prompts in {shown_path(path)}; the limit is {MAX_PROMPTS}")
+    return prompts

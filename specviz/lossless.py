@@ -30,6 +30,7 @@ from scipy.stats import chi2
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from specviz.decoding.registry import get_method
+from specviz.lossless_toys import TOY_DESCRIPTIONS
 from specviz.models.draft_head import DraftHead
 from specviz.models.protocol import IMAGE_CELL, Geometry
 from specviz.models.session import CachedSession, PromptRows, image_head, transformers_mask
@@ -206,7 +207,7 @@ class LlamaToyModel:
         )
 
 
-TOYS: dict[str, Callable[[], ToyModel | LlamaToyModel]] = {
+_BUILDERS: dict[str, Callable[[], ToyModel | LlamaToyModel]] = {
     "short": ToyModel,
     "long": lambda: ToyModel(
         sharpness=1.0,
@@ -216,6 +217,7 @@ TOYS: dict[str, Callable[[], ToyModel | LlamaToyModel]] = {
     ),
     "llama": LlamaToyModel,
 }
+TOYS = {name: _BUILDERS[name] for name in TOY_DESCRIPTIONS}  # the toys the command line offers, each built here
 
 
 def exact_distribution(model, sampling: SamplingSettings) -> dict[tuple[int, ...], float]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 
-import torch
+from specviz.inputs import brief
 
 ENV_VAR = "SPECVIZ_THREADS"
+MAX_THREADS = 1024  # OpenMP starts every thread asked for: a mistyped 10**9 would exhaust the machine
 
 
 class ThreadSettingError(ValueError):
-    """SPECVIZ_THREADS is not a positive integer."""
+    """SPECVIZ_THREADS is not an integer from 1 to MAX_THREADS."""
 
 
 def available_cores() -> int:
@@ -33,14 +34,19 @@ def choose_threads() -> int:
     """SPECVIZ_THREADS if set, else every available core but one (at least one)."""
     given = os.environ.get(ENV_VAR)
     if given is not None:
-        if not given.strip().isdigit() or int(given) < 1:
-            raise ThreadSettingError(f"{ENV_VAR} must be a positive integer, got {given!r}")
-        return int(given)
+        text = given.strip()
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_THREADS:  # isdigit takes "²", "٣"
+            raise ThreadSettingError(
+                f"{ENV_VAR} must be a whole number from 1 to {MAX_THREADS} in digits 0-9, got {brief(given)}"
+            )
+        return int(text)
     return max(1, available_cores() - 1)
 
 
 def configure_threads() -> int:
     """Apply the choice to torch's intra-op pool and return it."""
+    import torch  # here: the command line answers --help and argument errors without torch
+
     threads = choose_threads()
     torch.set_num_threads(threads)
     return threads

@@ -9,6 +9,7 @@ holds the prompt only: the cost of the first window of an image.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from specviz.models.continuous import is_continuous
 from specviz.models.protocol import ImageModel
 
 SIZES = (1, 2, 4, 8, 17, 33)  # 17 = a Jacobi window of 16 plus the token after it
+CHEAPER_BY_CHANCE = 0.05  # a longer pass measured up to this share cheaper than a shorter one is noise
+REPEAT_SPREAD = 1.5  # a size whose slowest repeat took this many times its fastest was disturbed
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ class PassCost:
     tokens: int
     ms: float  # median of the timed repeats
     ratio: float  # over the one-token pass
+    low_ms: float = math.nan  # the fastest and the slowest repeat
+    high_ms: float = math.nan
 
 
 def _sync(device: torch.device) -> None:
@@ -47,7 +52,7 @@ def pass_costs(
     else:
         session = model.session(prompt, model.default_sampling.guidance_scale)
     limit = session.geometry.seq_len - 1
-    medians = {}
+    repeats_ms = {}
     for n in sorted(set(sizes)):
         count = min(n, limit)
         if is_continuous(model):
@@ -64,9 +69,12 @@ def pass_costs(
             if attempt:  # the first is a warm-up
                 times.append((time.perf_counter() - started) * 1000)
             session.commit(0)
-        medians[count] = statistics.median(times)
-    one = medians[1]
-    return [PassCost(n, ms, ms / one) for n, ms in medians.items()]
+        repeats_ms[count] = times
+    one = statistics.median(repeats_ms[1])
+    return [
+        PassCost(n, statistics.median(ms), statistics.median(ms) / one, min(ms), max(ms))
+        for n, ms in repeats_ms.items()
+    ]
 
 
 def cost_sentence(costs: list[PassCost], step_compression: float | None = None, window: int = 17) -> str:
@@ -83,3 +91,24 @@ def cost_sentence(costs: list[PassCost], step_compression: float | None = None, 
             f"{step_compression / at.ratio:.2f}x in latency"
         )
     return text + "; on a GPU the ratio stays near 1 while a pass is memory-bound."
+
+
+def doubts(costs: list[PassCost]) -> list[str]:
+    """Why these timings cannot be right, if they cannot: a longer pass measured cheaper than a shorter
+    one (a pass does not get cheaper as tokens are added: the machine was busy while the shorter ran),
+    or repeats of one size far apart. `costs` in order of tokens, as `pass_costs` gives them."""
+    found = []
+    dearest = costs[0]  # the most expensive of the shorter passes so far
+    for cost in costs[1:]:
+        if cost.ms < dearest.ms * (1 - CHEAPER_BY_CHANCE):
+            found.append(
+                f"a {cost.tokens}-token pass measured cheaper than a {dearest.tokens}-token pass "
+                f"({cost.ms:.2f} ms against {dearest.ms:.2f} ms)"
+            )
+        dearest = max(dearest, cost, key=lambda known: known.ms)
+    for cost in costs:
+        if cost.high_ms > REPEAT_SPREAD * cost.low_ms:
+            found.append(
+                f"the {cost.tokens}-token pass's repeats ranged from {cost.low_ms:.2f} to {cost.high_ms:.2f} ms"
+            )
+    return found

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Self, get_type_hints
 
+from specviz.inputs import brief
 from specviz.models.settings import SettingsError
 
 MAX_WINDOW = 128
@@ -75,21 +76,21 @@ def _checked(name: str, kind: type, spec: Spec, value: Any) -> Any:
     """The value converted to the field's type, or a SettingsError that says what is allowed."""
     if kind is bool:
         if not isinstance(value, bool):
-            raise SettingsError(f"{name} must be true or false, got {value!r}")
+            raise SettingsError(f"{name} must be true or false, got {brief(value)}")
         return value
     if kind is str:
         if spec.choices is not None and value not in spec.choices:
-            raise SettingsError(f"{name} must be one of {', '.join(spec.choices)}; got {value!r}")
+            raise SettingsError(f"{name} must be one of {', '.join(spec.choices)}; got {brief(value)}")
         return value
     limits = f"from {_number(spec.low)} to {_number(spec.high)}"
     if kind is int:
         integral = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
         if isinstance(value, bool) or not integral or not spec.low <= value <= spec.high:
-            raise SettingsError(f"{name} must be an integer {limits}, got {value!r}")
+            raise SettingsError(f"{name} must be an integer {limits}, got {brief(value)}")
         return int(value)
     is_number = isinstance(value, int | float) and not isinstance(value, bool)
     if not is_number or not math.isfinite(value) or not spec.low <= value <= spec.high:
-        raise SettingsError(f"{name} must be a number {limits}, got {value!r}")
+        raise SettingsError(f"{name} must be a number {limits}, got {brief(value)}")
     return float(value)
 
 

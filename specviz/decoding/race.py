@@ -84,7 +84,7 @@ class Timing:
 def timings_wanted() -> int:
     """How many undisturbed repeats the app makes of each run: SPECVIZ_TIMINGS, else TIMINGS."""
     value = os.environ.get(TIMINGS_ENV_VAR, str(TIMINGS)).strip()
-    if not value.isdigit() or not 1 <= int(value) <= 20:
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 20:  # isdigit takes "²" and "٣"
         raise InputError(f"{TIMINGS_ENV_VAR} must be a whole number from 1 to 20, got {value!r}")
     return int(value)
 

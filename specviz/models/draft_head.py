@@ -18,12 +18,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from huggingface_hub.errors import StrictDataclassError
+from safetensors.torch import save_file
 from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
+from specviz.models.weights import WeightsError, check_numbers, first_line, read_json, read_tensors
+
 HEAD_FILES = ("head.safetensors", "head.json")
+
+HEAD_BOUNDS = {  # head.json's configuration, checked before a layer is built from it
+    "vocab_size": (int, 2, 65536),
+    "hidden_size": (int, 8, 4096),
+    "intermediate_size": (int, 8, 16384),
+    "num_attention_heads": (int, 1, 64),
+    "num_key_value_heads": (int, 1, 64),
+    "max_position_embeddings": (int, 1, 65536),
+    "attention_dropout": (float, 0.0, 1.0),
+}
 
 
 TokenEmbedding = Callable[[torch.Tensor], torch.Tensor]  # method ids (..., n) -> (..., n, H)
@@ -89,11 +102,22 @@ class DraftHead(nn.Module):
 
     @classmethod
     def load(cls, folder: Path, embed: TokenEmbedding, lm_head: LMHead) -> DraftHead:
-        """The head in `folder` (head.safetensors, head.json) over the target's embedding and LM head."""
-        about = json.loads((folder / "head.json").read_text())
-        config = LlamaConfig.from_dict(about["config"])
+        """The head in `folder` (head.safetensors, head.json) over the target's embedding and LM head;
+        WeightsError (one line) when a file is malformed, out of bounds or does not fit the model."""
+        about = read_json(folder / "head.json")
+        settings = about.get("config") if isinstance(about, dict) else None
+        if not isinstance(settings, dict):
+            raise WeightsError("head.json has no 'config' section")
+        check_numbers(settings, HEAD_BOUNDS, LlamaConfig(), "head.json: config.")
+        try:
+            config = LlamaConfig.from_dict(settings)
+        except (ValueError, TypeError, KeyError, StrictDataclassError) as error:
+            raise WeightsError(f"head.json is not a Llama layer's configuration: {first_line(error)}") from None
         config._attn_implementation = "sdpa"
-        head = cls(config, embed, lm_head)
-        state = {name: tensor.float() for name, tensor in load_file(str(folder / "head.safetensors")).items()}
-        head.load_state_dict(state)
+        state = {name: tensor.float() for name, tensor in read_tensors(folder / "head.safetensors").items()}
+        try:
+            head = cls(config, embed, lm_head)
+            head.load_state_dict(state)
+        except (RuntimeError, ValueError) as error:
+            raise WeightsError(f"head.safetensors does not fit head.json or the model: {first_line(error)}") from None
         return head.eval()

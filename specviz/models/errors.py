@@ -10,3 +10,7 @@ class UnknownModel(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class UnsupportedMethod(ValueError):
+    """A method that needs something this model does not provide."""

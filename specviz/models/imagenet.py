@@ -12,7 +12,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from specviz.inputs import InputError
+from specviz.inputs import InputError, brief
 
 CLASS_FILE = Path(__file__).resolve().parents[1] / "data" / "imagenet_classes.txt"
 # the default prompts of a benchmark on a class-conditional model: golden retriever, macaw, volcano, goldfish
@@ -45,17 +45,17 @@ def parse_class(prompt: str, num_classes: int, model: str = "a class-conditional
     """An ImageNet class index ("207"), a class name ("golden retriever", "Golden Retriever"), or a
     name with its index ("crane (517)", as `class_label` writes a shared name)."""
     text = " ".join(prompt.strip().lower().split())
-    labelled = re.fullmatch(r"(.*?)\s*\((\d+)\)", text)
+    labelled = re.fullmatch(r"(.*?)\s*\(([0-9]+)\)", text)  # 0-9: \d takes every script's digits
     if labelled:
         text = labelled.group(2)
-    if re.fullmatch(r"\d+", text):
+    if re.fullmatch(r"[0-9]+", text):
         index = int(text)
     elif text in _index_of_name():
         index = _index_of_name()[text]
     else:
         raise InputError(
             f"{model}: the prompt must be an ImageNet class index 0-{num_classes - 1} or a class name (for "
-            f"example 207 or golden retriever, 88 or macaw); got {prompt!r}"
+            f"example 207 or golden retriever, 88 or macaw); got {brief(prompt)}"
         )
     if not 0 <= index < num_classes:
         raise InputError(f"{model}: class index {index} is out of range 0-{num_classes - 1}")

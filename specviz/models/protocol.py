@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from PIL import Image
 
+from specviz.models.errors import UnsupportedMethod
 from specviz.models.settings import SamplingSettings
 
 IMAGE_CELL = -1  # layout entry of a position that holds an image token
@@ -91,10 +92,6 @@ class Session(Protocol):
     def forward(self, tokens: torch.Tensor, parents: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor: ...
 
     def commit(self, keep: int | Sequence[int] | torch.Tensor) -> None: ...
-
-
-class UnsupportedMethod(ValueError):
-    """A method that needs something this model does not provide."""
 
 
 def capabilities(session: Session) -> frozenset[str]:

@@ -1,16 +1,22 @@
-"""Registered model families: how to load each, and whether it can run offline here."""
+"""Registered model families: how to load each, and whether it can run offline here.
+
+Light: every entry imports its model's code (and torch) only when it loads, reads settings or checks
+its files, so the command line lists the models in its help without importing torch.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
+from specviz.inputs import brief, shown_path
 from specviz.models.errors import ModelUnavailable, UnknownModel
-from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
+
+if TYPE_CHECKING:
+    from specviz.models.protocol import ImageModel
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,9 @@ class ModelEntry:
     drafts: tuple[str, ...] = ()
     # a continuous pair loaded with a draft model (the speculative methods need one)
     has_draft: bool = False
+    # generates the grid in a random order drawn per image (MAR): its traces record the order, which its
+    # decoder takes; a raster model's decoder takes none
+    random_order: bool = False
 
     @property
     def class_conditional(self) -> bool:
@@ -299,6 +308,7 @@ MODELS: dict[str, ModelEntry] = {
         _mar_sampling("mar-b"),
         _class_names,
         continuous=True,
+        random_order=True,
     ),
     "mar-l": ModelEntry(
         "mar-l",
@@ -311,6 +321,7 @@ MODELS: dict[str, ModelEntry] = {
         continuous=True,
         drafts=("mar-b",),
         has_draft=True,
+        random_order=True,
     ),
     "mar-h": ModelEntry(
         "mar-h",
@@ -323,13 +334,14 @@ MODELS: dict[str, ModelEntry] = {
         continuous=True,
         drafts=("mar-b", "mar-l"),
         has_draft=True,
+        random_order=True,
     ),
 }
 
 
 def get_entry(name: str) -> ModelEntry:
     if name not in MODELS:
-        raise UnknownModel(f"unknown model {name!r}; registered: {', '.join(MODELS)}")
+        raise UnknownModel(f"unknown model {brief(name)}; registered: {', '.join(MODELS)}")
     return MODELS[name]
 
 
@@ -343,9 +355,16 @@ def load_model(name: str, weights: str | None = None, device: str = "cpu", draft
         if not optional or (draft != "none" and not entry.drafts):
             raise ModelUnavailable(f"{name} takes no --draft (only mar-l and mar-h choose their draft model)")
         if draft != "none" and draft not in entry.drafts:
-            raise ModelUnavailable(f"{name}: the draft model can be {', '.join(entry.drafts)} or none, not {draft!r}")
+            raise ModelUnavailable(
+                f"{name}: the draft model can be {', '.join(entry.drafts)} or none, not {brief(draft)}"
+            )
         options["draft"] = None if draft == "none" else draft
+    import torch
+
     try:
         return entry.load(weights=weights, device=device, **options)
     except torch.OutOfMemoryError as error:
         raise ModelUnavailable(f"{name}: out of memory while loading on {device} ({error})") from error
+    except OSError as error:  # a weights path the file system refuses (a name too long, a loop of links)
+        where = f"in {shown_path(weights)}" if weights else "shipped with the project"
+        raise ModelUnavailable(f"{name}: cannot read the weights {where}: {error.strerror or error}") from None

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 MIN_TEMPERATURE = 1e-6  # below this a float32 division overflows; the distribution is greedy by then
 
@@ -54,6 +56,8 @@ class SamplingSettings:
         maximum before the temperature divides them (a tiny temperature tends to greedy instead of
         overflowing), and the most likely token always survives top-p.
         """
+        import torch  # here: the settings are checked on the command line before torch is imported
+
         logits = logits.float()
         if self.greedy:
             return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()

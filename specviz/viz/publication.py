@@ -13,7 +13,7 @@ import math
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import matplotlib as mpl
@@ -25,6 +25,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
+from specviz.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN, FigureKind, Style
 from specviz.trace import Iteration, Trace
 from specviz.viz import analysis
 from specviz.viz.analysis import (
@@ -42,8 +43,6 @@ from specviz.viz.analysis import (
 from specviz.viz.figures import OFFSET_TITLE, window_title
 from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, lightness
 
-FORMATS = ("pdf", "svg", "png")
-WIDTH_RANGE_IN = (1.5, 16.0)  # narrower cannot hold a label; wider is no page or slide
 HATCHES = {
     "rejected": "xxxx", "kept": "----", "redrawn": "////", "reset": "\\\\\\\\", "new": "....", "discarded": "||||"
 }  # fmt: skip
@@ -55,75 +54,6 @@ METADATA = {"pdf": {"Creator": "specviz", "CreationDate": None}, "svg": {"Creato
 _DRAWING = threading.Lock()  # matplotlib's rcParams are global: one figure is drawn at a time
 
 Decoder = Callable[[Trace, list[int]], Image.Image]
-
-
-@dataclass(frozen=True)
-class Style:
-    """Type sizes and theme of one target: a two-column paper or a slide (light or dark)."""
-
-    name: str
-    width_in: float  # default width
-    font_pt: float
-    small_pt: float  # ticks and legends
-    line_pt: float
-    titles: bool  # a paper's caption replaces the title
-    dark: bool
-    serif: bool  # Times-like text next to a paper's body text
-    png_dpi: int
-
-    @property
-    def font_in(self) -> float:
-        return self.font_pt / 72
-
-    def rc(self) -> dict:
-        """matplotlib settings: sizes, colours, embedded TrueType in PDF, text kept as text in SVG
-        (editable and typeset by LaTeX's svg package), and a fixed hash salt so files are reproducible."""
-        background, foreground = BACKGROUND[self.dark], FOREGROUND[self.dark]
-        return {
-            "font.family": "serif" if self.serif else "sans-serif",
-            "font.serif": ["STIXGeneral", "DejaVu Serif"],
-            "font.sans-serif": ["DejaVu Sans"],
-            "mathtext.fontset": "stix" if self.serif else "dejavusans",
-            "font.size": self.font_pt,
-            "axes.labelsize": self.font_pt,
-            "axes.titlesize": self.font_pt,
-            "figure.titlesize": self.font_pt + 1,
-            "xtick.labelsize": self.small_pt,
-            "ytick.labelsize": self.small_pt,
-            "legend.fontsize": self.small_pt,
-            "legend.frameon": False,
-            "legend.handlelength": 1.2,
-            "legend.handleheight": 1.0,
-            "legend.columnspacing": 1.0,
-            "axes.linewidth": self.line_pt,
-            "axes.spines.top": False,
-            "axes.spines.right": False,
-            "xtick.major.width": self.line_pt,
-            "ytick.major.width": self.line_pt,
-            "xtick.major.size": 2.5 * self.line_pt / 0.6,
-            "ytick.major.size": 2.5 * self.line_pt / 0.6,
-            "lines.linewidth": 1.5 * self.line_pt,
-            "hatch.linewidth": 0.6 * self.line_pt,
-            "figure.facecolor": background,
-            "axes.facecolor": background,
-            "savefig.facecolor": background,
-            "text.color": foreground,
-            "axes.labelcolor": foreground,
-            "axes.edgecolor": foreground,
-            "xtick.color": foreground,
-            "ytick.color": foreground,
-            "pdf.fonttype": 42,
-            "svg.fonttype": "none",
-            "svg.hashsalt": "specviz",
-            "svg.id": "specviz",
-        }
-
-
-STYLES = {
-    "paper": Style("paper", 3.3, 9, 8, 0.6, titles=False, dark=False, serif=True, png_dpi=600),
-    "slides": Style("slides", 6.4, 14, 12, 1.0, titles=True, dark=False, serif=False, png_dpi=300),
-    "dark": Style("dark", 6.4, 14, 12, 1.0, titles=True, dark=True, serif=False, png_dpi=300),
-}
 
 
 class FigureOptionError(ValueError):
@@ -164,20 +94,6 @@ def _records_continuous_tokens(trace: Trace) -> bool:
 DRAFT_TREES = Need("draft trees", has_trees)
 WINDOWS = Need("Jacobi windows", lambda trace: not has_trees(trace))  # a tree run's passes are trees
 CONTINUOUS_TOKENS = Need("continuous-token records", _records_continuous_tokens)
-
-
-@dataclass(frozen=True)
-class FigureKind:
-    """One figure: its file name, what it shows, whether it draws one trace or all of them, what it
-    needs from a trace, and its drawing function (None: announced, drawn once traces record its need)."""
-
-    name: str
-    title: str
-    per_trace: bool
-    needs: Need | None = None
-    draw: Callable[..., Figure] | None = None
-    at_iteration: bool = False  # drawn at one iteration, which its file name gives
-    notes: Callable[[Sequence[Trace]], list[str]] | None = None  # what the figure leaves out, if anything
 
 
 @dataclass
@@ -665,19 +581,16 @@ def comparison(traces: Sequence[Trace], setting: Setting) -> Figure:
     return fig
 
 
+DRAWINGS = {  # how each figure of FIGURE_KINDS is drawn, and what it needs from a trace
+    "acceptance-map": {"draw": acceptance_map},
+    "window": {"draw": window, "needs": WINDOWS},
+    "iterations": {"draw": iterations},
+    "comparison": {"draw": comparison, "notes": comparison_notes},
+    "depth-map": {"draw": depth_map, "needs": DRAFT_TREES},
+    "tree-shapes": {"draw": tree_shapes, "needs": DRAFT_TREES},
+}
 FIGURES = (
-    FigureKind("acceptance-map", "acceptance map", per_trace=True, draw=acceptance_map),
-    FigureKind("window", "window at an iteration", per_trace=True, needs=WINDOWS, draw=window, at_iteration=True),
-    FigureKind("iterations", "accepted length and drafts changed per iteration", per_trace=True, draw=iterations),
-    FigureKind(
-        "comparison",
-        "NFE, step compression and latency against AR",
-        per_trace=False,
-        draw=comparison,
-        notes=comparison_notes,
-    ),
-    FigureKind("depth-map", "draft-tree depth map", per_trace=True, needs=DRAFT_TREES, draw=depth_map),
-    FigureKind("tree-shapes", "per-tree (depth, top-k) maps", per_trace=True, needs=DRAFT_TREES, draw=tree_shapes),
+    *(replace(kind, **DRAWINGS[kind.name]) for kind in FIGURE_KINDS),
     FigureKind(
         "token-acceptance", "per-token acceptance and log density ratio", per_trace=True, needs=CONTINUOUS_TOKENS
     ),
@@ -713,15 +626,21 @@ def check_options(
     return STYLES[style]
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "prompt"
+SLUG_CHARS = 40  # of each part of a file name taken from a trace (method, model, prompt)
+
+
+def slug(text: str, fallback: str) -> str:
+    """A file-name part from any text: lower-case ASCII letters, digits and single hyphens, at most
+    SLUG_CHARS long, or `fallback` where nothing is left. Names taken from a trace go through here, so
+    an uploaded trace cannot name a path ('../..', '/', a NUL byte) or an over-long file."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower())[:SLUG_CHARS].strip("-") or fallback
 
 
 def file_stems(traces: Sequence[Trace]) -> list[str]:
     """A file name stem per trace: its method, with the model, prompt and seed where those differ
-    between the traces given, and a counter where that still leaves two alike."""
-    parts = [[trace.method] for trace in traces]
-    for value in (lambda t: t.model, lambda t: _slug(t.prompt), lambda t: f"seed{t.seed}"):
+    between the traces given, and a counter where that still leaves two alike; every part a slug."""
+    parts = [[slug(trace.method, "method")] for trace in traces]
+    for value in (lambda t: slug(t.model, "model"), lambda t: slug(t.prompt, "prompt"), lambda t: f"seed{t.seed}"):
         if len({value(trace) for trace in traces}) > 1:
             for part, trace in zip(parts, traces, strict=True):
                 part.append(value(trace))
@@ -734,11 +653,15 @@ def file_stems(traces: Sequence[Trace]) -> list[str]:
 
 
 def _save(fig: Figure, out: Path, stem: str, formats: Sequence[str], style: Style) -> list[Path]:
-    paths = []
-    for kind in formats:
-        path = out / f"{stem}.{kind}"
+    """`fig` as out/stem.FORMAT for each format; a path that would leave `out` once resolved (a symbolic
+    link planted in the folder, a stem that is not a plain name) is refused before anything is written."""
+    folder = out.resolve()
+    paths = [out / f"{stem}.{kind}" for kind in formats]
+    for path in paths:
+        if path.resolve().parent != folder:
+            raise FigureOptionError(f"{path.name[:80]} would be written outside {out}; nothing was written there")
+    for kind, path in zip(formats, paths, strict=True):
         fig.savefig(path, format=kind, dpi=style.png_dpi, metadata=METADATA[kind])
-        paths.append(path)
     return paths
 
 

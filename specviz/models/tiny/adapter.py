@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from huggingface_hub.errors import StrictDataclassError
 from PIL import Image
-from safetensors.torch import load_file
 from transformers import DynamicCache
 
 from specviz.models.draft_head import HEAD_FILES, DraftHead
@@ -19,6 +16,7 @@ from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny.text import TEXT_DIM, shared_text_encoder
 from specviz.models.tiny.tokenizer import PatchTokenizer
+from specviz.models.weights import NOT_IN_CHECKOUT, WeightsError, check_numbers, first_line, read_json, read_tensors
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets" / "tiny"
 BLANK = 224  # grey of cells not generated yet, visible against the emoji's white background
@@ -27,17 +25,17 @@ WEIGHT_FILES = ("config.json", "model.safetensors", "codebook.safetensors")
 DEFAULT_SAMPLING = SamplingSettings(temperature=1.0, top_k=None, top_p=1.0, guidance_scale=1.5)
 
 
-MAX_CONFIG_BYTES = 1024 * 1024
 MAX_PARAMETERS = 200_000_000  # far above tiny's; refuses a config that would allocate gigabytes
 CONFIG_BOUNDS = {
-    "vocab_size": (2, 65536),
-    "rows": (1, 64),
-    "cols": (1, 64),
-    "hidden_size": (8, 4096),
-    "num_layers": (1, 64),
-    "num_heads": (1, 64),
-    "intermediate_size": (8, 16384),
-    "prefix_len": (1, 64),
+    "vocab_size": (int, 2, 65536),
+    "rows": (int, 1, 64),
+    "cols": (int, 1, 64),
+    "hidden_size": (int, 8, 4096),
+    "num_layers": (int, 1, 64),
+    "num_heads": (int, 1, 64),
+    "intermediate_size": (int, 8, 16384),
+    "prefix_len": (int, 1, 64),
+    "dropout": (float, 0.0, 1.0),
 }
 
 
@@ -51,26 +49,18 @@ def _unusable(folder: Path, why: str) -> ModelUnavailable:
 def read_summary(folder: Path) -> tuple[TinyConfig, SamplingSettings]:
     """The network configuration and default sampling of a weights folder, checked before anything is
     allocated: a configuration that would need gigabytes is refused, not built."""
-    path = folder / "config.json"
     try:
-        with open(path, "rb") as file:
-            text = file.read(MAX_CONFIG_BYTES + 1)
-        if len(text) > MAX_CONFIG_BYTES:
-            raise _unusable(folder, f"config.json is larger than {MAX_CONFIG_BYTES} bytes")
-        summary = json.loads(text)
-    except (OSError, ValueError) as error:
-        raise _unusable(folder, f"config.json is not readable JSON: {error}") from None
-    model = summary.get("model") if isinstance(summary, dict) else None
-    if not isinstance(model, dict):
-        raise _unusable(folder, "config.json has no 'model' section")
-    for key, (low, high) in CONFIG_BOUNDS.items():
-        value = model.get(key, getattr(TinyConfig, key))
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise _unusable(folder, f"model.{key} must be an integer from {low} to {high}, got {value!r}")
+        summary = read_json(folder / "config.json")
+        model = summary.get("model") if isinstance(summary, dict) else None
+        if not isinstance(model, dict):
+            raise WeightsError("config.json has no 'model' section")
+        check_numbers(model, CONFIG_BOUNDS, TinyConfig, "model.")
+    except WeightsError as error:
+        raise _unusable(folder, str(error)) from None
     try:
         config = TinyConfig(**model)
     except TypeError as error:
-        raise _unusable(folder, f"config.json: {error}") from None
+        raise _unusable(folder, f"config.json: {first_line(error)}") from None
     if config.hidden_size % config.num_heads or config.text_dim != TEXT_DIM:
         raise _unusable(folder, "hidden_size must divide by num_heads, and text_dim must be 384 (MiniLM)")
     h, layers = config.hidden_size, config.num_layers
@@ -81,15 +71,15 @@ def read_summary(folder: Path) -> tuple[TinyConfig, SamplingSettings]:
     try:
         sampling = SamplingSettings(**sampling)
     except (TypeError, SettingsError) as error:
-        raise _unusable(folder, f"config.json sampling: {error}") from None
+        raise _unusable(folder, f"config.json sampling: {first_line(error)}") from None
     return config, sampling
 
 
 def _tensors(folder: Path, name: str) -> dict[str, torch.Tensor]:
     try:
-        return load_file(str(folder / name))
-    except Exception as error:  # safetensors raises its own error types for every way a file is malformed
-        raise _unusable(folder, f"{name} is not a readable safetensors file: {str(error).splitlines()[0]}") from None
+        return read_tensors(folder / name)
+    except WeightsError as error:
+        raise _unusable(folder, str(error)) from None
 
 
 class TinyModel:
@@ -118,10 +108,8 @@ class TinyModel:
         folder = Path(weights) if weights else ASSETS
         missing = [name for name in WEIGHT_FILES if not (folder / name).is_file()]
         if missing:
-            raise ModelUnavailable(
-                f"tiny: {', '.join(missing)} missing in {folder}; "
-                "reinstall the project or retrain with `python -m specviz.models.tiny.train`"
-            )
+            remedy = NOT_IN_CHECKOUT if folder == ASSETS else "retrain with `python -m specviz.models.tiny.train`"
+            raise ModelUnavailable(f"tiny: {', '.join(missing)} missing in {folder}; {remedy}")
         config, sampling = read_summary(folder)
         network = TinyTextToImage(config)
         state = {name: tensor.float() for name, tensor in _tensors(folder, "model.safetensors").items()}
@@ -140,8 +128,8 @@ class TinyModel:
         if all((folder / name).is_file() for name in HEAD_FILES):  # optional: the `head` drafter's weights
             try:
                 head = DraftHead.load(folder, network.lm.get_input_embeddings(), network.lm.lm_head)
-            except (RuntimeError, ValueError, KeyError, OSError, TypeError, StrictDataclassError) as error:
-                raise _unusable(folder, f"head.safetensors does not fit head.json or the model: {error}") from None
+            except WeightsError as error:
+                raise _unusable(folder, str(error)) from None
         place = torch.device(device)
         return cls(network.to(place), PatchTokenizer(codebook.to(place)), place, sampling, head)
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from PIL import Image
-from safetensors.torch import load_file
 from transformers import DynamicCache
 
 from specviz.models.continuous import ContinuousSession, PairSession
@@ -16,15 +14,31 @@ from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import Geometry
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.adapter import BLANK
-from specviz.models.tiny.text import shared_text_encoder
+from specviz.models.tiny.text import TEXT_DIM, shared_text_encoder
+from specviz.models.tiny.tokenizer import PATCH
 from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
 from specviz.models.tiny_continuous.projection import PatchProjection
+from specviz.models.weights import NOT_IN_CHECKOUT, WeightsError, check_numbers, first_line, read_json, read_tensors
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets" / "tiny-continuous"
 WEIGHT_FILES = ("target.json", "target.safetensors", "draft.json", "draft.safetensors", "projection.safetensors")
 DEFAULT_SAMPLING = SamplingSettings(temperature=1.0, top_k=None, top_p=1.0, guidance_scale=2.0)
-MAX_CONFIG_BYTES = 1024 * 1024
-CONFIG_LIMITS = {"hidden_size": 2048, "num_layers": 48, "intermediate_size": 8192, "head_width": 4096}
+CONFIG_BOUNDS = {  # checked before anything is built from a summary's "model" section
+    "vocab_size": (int, 1, 65536),
+    "rows": (int, 1, 64),
+    "cols": (int, 1, 64),
+    "hidden_size": (int, 8, 2048),
+    "num_layers": (int, 1, 48),
+    "num_heads": (int, 1, 64),
+    "intermediate_size": (int, 8, 8192),
+    "prefix_len": (int, 1, 64),
+    "text_dim": (int, TEXT_DIM, TEXT_DIM),
+    "dropout": (float, 0.0, 1.0),
+    "token_dim": (int, 1, PATCH * PATCH * 3),
+    "head_width": (int, 1, 4096),
+    "head_blocks": (int, 1, 64),
+    "sampling_steps": (int, 1, 1000),
+}
 
 
 def _unusable(folder: Path, why: str) -> ModelUnavailable:
@@ -36,18 +50,19 @@ def _unusable(folder: Path, why: str) -> ModelUnavailable:
 
 def read_config(folder: Path, role: str) -> tuple[ContinuousConfig, dict]:
     """A role's architecture and its whole summary, refused with a clear message when malformed."""
-    path = folder / f"{role}.json"
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise _unusable(folder, f"{role}.json is larger than {MAX_CONFIG_BYTES} bytes")
-        summary = json.loads(path.read_text())
-        config = ContinuousConfig(**summary["model"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise _unusable(folder, f"{role}.json is not a valid summary ({error})") from None
-    for field, limit in CONFIG_LIMITS.items():
-        value = getattr(config, field)
-        if not isinstance(value, int) or not 0 < value <= limit:
-            raise _unusable(folder, f"{role}.json: {field} must be an integer from 1 to {limit}")
+        summary = read_json(folder / f"{role}.json")
+        model = summary.get("model") if isinstance(summary, dict) else None
+        if not isinstance(model, dict):
+            raise WeightsError(f"{role}.json has no 'model' section")
+        check_numbers(model, CONFIG_BOUNDS, ContinuousConfig, f"{role}.json: model.")
+        config = ContinuousConfig(**model)
+    except WeightsError as error:
+        raise _unusable(folder, str(error)) from None
+    except TypeError as error:
+        raise _unusable(folder, f"{role}.json is not a valid summary ({first_line(error)})") from None
+    if config.hidden_size % config.num_heads:
+        raise _unusable(folder, f"{role}.json: model.hidden_size must divide by model.num_heads")
     return config, summary
 
 
@@ -113,6 +128,8 @@ class TinyContinuousModel:
     def load(cls, weights: str | Path | None = None, device: str = "cpu") -> TinyContinuousModel:
         folder = Path(weights) if weights else ASSETS
         missing = [name for name in WEIGHT_FILES if not (folder / name).is_file()]
+        if missing and folder == ASSETS:
+            raise ModelUnavailable(f"tiny-continuous: {', '.join(missing)} missing in {folder}; {NOT_IN_CHECKOUT}")
         if missing:
             raise _unusable(folder, f"{', '.join(missing)} missing")
         networks = {}
@@ -120,11 +137,13 @@ class TinyContinuousModel:
             config, _ = read_config(folder, role)
             network = ContinuousTextToImage(config)
             try:
-                state = {name: t.float() for name, t in load_file(str(folder / f"{role}.safetensors")).items()}
+                state = {name: t.float() for name, t in read_tensors(folder / f"{role}.safetensors").items()}
+            except WeightsError as error:
+                raise _unusable(folder, str(error)) from None
+            try:
                 network.load_state_dict(state)
-            except (RuntimeError, OSError, ValueError) as error:
-                message = str(error).splitlines()[0] if str(error) else type(error).__name__
-                raise _unusable(folder, f"{role}.safetensors does not fit {role}.json: {message}") from None
+            except RuntimeError as error:
+                raise _unusable(folder, f"{role}.safetensors does not fit {role}.json: {first_line(error)}") from None
             networks[role] = network
         target, draft = networks["target"].config, networks["draft"].config
         if (target.token_dim, target.rows, target.cols, target.sampling_steps) != (
@@ -135,9 +154,11 @@ class TinyContinuousModel:
         ):
             raise _unusable(folder, "target and draft must share token size, grid and denoising steps")
         try:
-            projection = PatchProjection.from_state(load_file(str(folder / "projection.safetensors")))
-        except (RuntimeError, OSError, KeyError, IndexError) as error:
-            raise _unusable(folder, f"projection.safetensors is not readable: {error}") from None
+            projection = PatchProjection.from_state(read_tensors(folder / "projection.safetensors"))
+        except WeightsError as error:
+            raise _unusable(folder, str(error)) from None
+        except (KeyError, IndexError) as error:
+            raise _unusable(folder, f"projection.safetensors lacks a tensor: {first_line(error)}") from None
         if projection.basis.shape != (27, target.token_dim):
             raise _unusable(folder, f"projection.safetensors needs a (27, {target.token_dim}) basis")
         return cls(networks["target"], networks["draft"], projection, torch.device(device), read_sampling(folder))

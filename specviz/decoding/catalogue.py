@@ -1,0 +1,144 @@
+"""Every decoding method as the command line and the app describe it: name, parameter class, promise.
+
+Light (no torch): the command line builds its parser and checks method parameters from here before
+anything heavy is imported. `specviz.decoding.registry` adds each method's loops to these entries
+to make METHODS, so a method is declared once, here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specviz.decoding.params import (
+    GsdParameters,
+    LanternParameters,
+    NoParameters,
+    Parameters,
+    PeanutLanternParameters,
+    PeanutParameters,
+    SpeculativeParameters,
+    TreeParameters,
+    WindowParameters,
+)
+from specviz.inputs import brief
+
+
+class UnknownMethod(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    name: str
+    parameters: type[Parameters]
+    lossless: bool
+    description: str
+    lossless_when_greedy: bool = False
+    needs_token_vectors: bool = False  # the tokenizer's codebook vectors (relaxed acceptance)
+    needs_draft: bool = False  # the draft model of a continuous pair
+    discrete: bool = True  # decodes discrete tokens (the registry holds its loop)
+    continuous: bool = False  # decodes a continuous-token pair (the registry holds that loop)
+
+    @property
+    def drafts_trees(self) -> bool:
+        """Verifies a draft tree per pass, which needs tree attention (a transformers cache)."""
+        return issubclass(self.parameters, TreeParameters)
+
+    def is_lossless(self, greedy: bool) -> bool:
+        return self.lossless or (greedy and self.lossless_when_greedy)
+
+    def resolve(self, given: Mapping[str, Any] | Parameters | None) -> Parameters:
+        """The method's parameters: defaults overridden by `given`; unknown names and bad values refused."""
+        if isinstance(given, self.parameters):
+            return given
+        if isinstance(given, Parameters):
+            given = given.to_dict()
+        return self.parameters.from_dict(given, self.name)
+
+
+CATALOGUE: dict[str, MethodInfo] = {
+    method.name: method
+    for method in (
+        MethodInfo("ar", NoParameters, True, "vanilla autoregressive: one token per model pass", continuous=True),
+        MethodInfo(
+            "jacobi",
+            WindowParameters,
+            False,
+            "Jacobi decoding: drafts accepted while unchanged between iterations (lossless only when greedy)",
+            lossless_when_greedy=True,
+        ),
+        MethodInfo("sjd", WindowParameters, True, "speculative Jacobi decoding (SJD), independent redraws"),
+        MethodInfo("scd-mc", WindowParameters, True, "speculative coupled decoding, maximal coupling"),
+        MethodInfo("scd-gs", WindowParameters, True, "speculative coupled decoding, Gumbel sharing"),
+        MethodInfo(
+            "lantern",
+            LanternParameters,
+            False,
+            "LANTERN relaxed acceptance: p plus the mass of nearby codebook tokens within a budget delta (lossy)",
+            needs_token_vectors=True,
+        ),
+        MethodInfo(
+            "gsd",
+            GsdParameters,
+            False,
+            "grouped speculative decoding: accept by the mass of a dynamic group of similar tokens (lossy)",
+            needs_token_vectors=True,
+        ),
+        MethodInfo(
+            "eagle2", TreeParameters, True, "EAGLE-2 draft trees of a fixed depth and top-k, verified in one pass"
+        ),
+        MethodInfo(
+            "peanut",
+            PeanutParameters,
+            True,
+            "PEANUT: draft trees whose depth and top-k follow the neighbouring tree's acceptance rate",
+        ),
+        MethodInfo(
+            "peanut-lantern",
+            PeanutLanternParameters,
+            False,
+            "PEANUT with LANTERN's relaxed acceptance on the tree (lossy)",
+            needs_token_vectors=True,
+        ),
+        MethodInfo(
+            "ar-draft",
+            NoParameters,
+            False,
+            "the draft model of a continuous pair alone, for reference (not the target's distribution)",
+            needs_draft=True,
+            discrete=False,
+            continuous=True,
+        ),
+        MethodInfo(
+            "cspd",
+            SpeculativeParameters,
+            False,
+            "continuous speculative decoding as the CSpD paper writes it: aligned denoising noise, acceptance by "
+            "Sigma p(x0|x1p)/q(x0|x1q) (Eq. 5), acceptance-rejection resampling, pre-filling (close to the target, "
+            "not exact: check-lossless measures the gap)",
+            needs_draft=True,
+            discrete=False,
+            continuous=True,
+        ),
+        MethodInfo(
+            "cspd-exact",
+            SpeculativeParameters,
+            True,
+            "continuous speculative decoding made exact: speculative sampling on whole denoising paths (target "
+            "transitions evaluated along the draft's own path), residual resampling of paths",
+            needs_draft=True,
+            discrete=False,
+            continuous=True,
+        ),
+    )
+}
+
+
+def method_info(name: str) -> MethodInfo:
+    """The catalogue's entry for `name`; UnknownMethod naming the methods there are."""
+    if name not in CATALOGUE:
+        raise UnknownMethod(f"unknown method {brief(name)}; available: {', '.join(CATALOGUE)}")
+    return CATALOGUE[name]
