@@ -8,18 +8,30 @@ kept, never full distributions, so a trace of a 256-token image is a few tens of
 from __future__ import annotations
 
 import json
+import math
+import re
 import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specviz.decoding.catalogue import CATALOGUE
+from specviz.inputs import brief
 
 TRACE_VERSION = 2
 # the largest trace a real run writes is a few MB (Emu3 at 720p, 8,190 positions, W = 128: about 6 MB);
 # parsing is bounded by this, and memory with it
 MAX_TRACE_BYTES = 32 * 1024 * 1024
-# numbers and object members a trace may hold; a W = 128 run of Emu3 at 720p records about a million
+# values (numbers, strings, true, false, null, lists and objects) a trace may hold; a W = 128 run of Emu3 at
+# 720p records about a million
 MAX_JSON_VALUES = 4_000_000
+# lists and objects among them: the costliest values per byte (an empty object is 2 bytes of JSON and 64 of
+# Python); a 720p Emu3 run holds about 60,000, a MAR run with 100-step denoising paths about 150,000
+MAX_JSON_CONTAINERS = 1_000_000
+MAX_MESSAGE_CHARS = 200  # of one problem in a refusal: enough for any check's sentence, not for a quoted list
+# names a trace gives its model and method: registry names, which become parts of file names and titles
+NAME_CHARACTERS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 MAX_PARAMETERS = 64
 MAX_SEED = 2**63 - 1
 MAX_POSITIONS = 65536  # longest generated sequence a trace may describe
@@ -42,6 +54,15 @@ MAX_TOKEN_DIM = 64
 MAX_PATH_POINTS = 1001  # a denoising trajectory of at most 1000 steps
 Point = tuple[float, float]
 Origin = Literal["random", "repeat-left", "repeat-above", "sample-left", "sample-above", "refined", "forced", "unknown"]
+
+
+def _registry_name(name: str) -> str:
+    if not NAME_CHARACTERS.fullmatch(name):
+        raise ValueError(f"a registry name: at most 100 letters, digits and . _ + -, not {brief(name)}")
+    return name
+
+
+RegistryName = Annotated[str, AfterValidator(_registry_name)]
 
 
 class TraceError(ValueError):
@@ -311,8 +332,8 @@ LATER_FATES = {"kept", "redrawn", "reset"}
 
 class Trace(_Strict):
     version: Literal[2] = TRACE_VERSION
-    model: Annotated[str, Field(max_length=200)]
-    method: Annotated[str, Field(max_length=100)]
+    model: RegistryName
+    method: RegistryName
     lossless: bool
     prompt: Annotated[str, Field(max_length=10_000)]
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)]
@@ -323,7 +344,7 @@ class Trace(_Strict):
     ] = {}
     geometry: TraceGeometry
     tokens: Annotated[list[Count], Field(min_length=1, max_length=MAX_POSITIONS)]
-    nfe: Count
+    nfe: Annotated[int, Field(ge=1)]  # the prefill's pass included, so even a draft run alone has one
     seconds: Annotated[float, Field(ge=0.0)]
     # the seconds of undisturbed repeats of this run, where it was timed again (`seconds` is their median)
     timings: Annotated[list[Annotated[float, Field(ge=0.0)]], Field(min_length=1, max_length=100)] | None = None
@@ -345,6 +366,11 @@ class Trace(_Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Trace:
         g = self.geometry
+        if self.method in CATALOGUE:  # a known method's parameters are what its class takes (no window "16")
+            try:
+                CATALOGUE[self.method].resolve(self.params)
+            except ValueError as error:
+                raise ValueError(f"params: {error}") from None
         if self.vectors is not None and (
             len(self.vectors) != len(self.tokens) or len({len(vector) for vector in self.vectors}) > 1
         ):
@@ -418,37 +444,43 @@ class Trace(_Strict):
 
 
 def _bounded_json(text: str | bytes) -> object:
-    """json.loads that gives up, with a TraceError, after MAX_JSON_VALUES numbers and object members."""
-    count = 0
+    """json.loads of a text that holds at most MAX_JSON_VALUES values and MAX_JSON_CONTAINERS lists and
+    objects, with no duplicate keys and only finite numbers; anything else is a TraceError.
 
-    def counted(convert):
-        def parse(value):
-            nonlocal count
-            count += 1
-            if count > MAX_JSON_VALUES:
-                raise TraceError(f"invalid trace: more than {MAX_JSON_VALUES} values; no run records that many")
-            return convert(value)
+    The values are bounded before parsing, from the text itself: every value but the first of a list or
+    object follows a comma, so commas plus brackets plus one bound the values (commas inside strings only
+    make the bound stricter). A file of a million `{}` thus costs a count, not a gigabyte. A duplicate key
+    is refused because two readers of the file could see two different traces (the last or the first name).
+    """
+    comma, square, curly = (",", "[", "{") if isinstance(text, str) else (b",", b"[", b"{")
+    containers = text.count(square) + text.count(curly)
+    if containers > MAX_JSON_CONTAINERS:
+        raise TraceError(f"invalid trace: more than {MAX_JSON_CONTAINERS} lists and objects; no run records that many")
+    if text.count(comma) + containers + 1 > MAX_JSON_VALUES:
+        raise TraceError(f"invalid trace: more than {MAX_JSON_VALUES} values; no run records that many")
 
-        return parse
+    def finite(value: str) -> float:
+        number = float(value)
+        if not math.isfinite(number):
+            raise TraceError(f"invalid trace: {brief(value)} is beyond the numbers a trace may hold")
+        return number
 
     def members(pairs: list) -> dict:
-        nonlocal count
-        count += len(pairs)
-        if count > MAX_JSON_VALUES:
-            raise TraceError(f"invalid trace: more than {MAX_JSON_VALUES} values; no run records that many")
-        return dict(pairs)
+        names = dict(pairs)
+        if len(names) < len(pairs):
+            repeated = next(name for index, (name, _) in enumerate(pairs) if name in dict(pairs[:index]))
+            raise TraceError(f"invalid trace: the key {brief(repeated)} appears twice in one object")
+        return names
 
     def constant(name: str):
         raise TraceError(f"invalid trace: {name} is not a number a trace may hold")
 
     try:
-        return json.loads(
-            text, parse_int=counted(int), parse_float=counted(float), parse_constant=constant, object_pairs_hook=members
-        )
+        return json.loads(text, parse_float=finite, parse_constant=constant, object_pairs_hook=members)
     except (ValueError, RecursionError) as error:
         if isinstance(error, TraceError):
             raise
-        raise TraceError(f"invalid trace: not valid JSON ({error})") from None
+        raise TraceError(f"invalid trace: not valid JSON ({brief(str(error), 120)})") from None
 
 
 def _upgrade_from_version_1(data: dict) -> dict:
@@ -461,7 +493,9 @@ def _upgrade_from_version_1(data: dict) -> dict:
     for index, it in enumerate(iterations):
         drafts, accepted, new = it.get("drafts", []), it.get("accepted", 0), it.pop("new_drafts", 0)
         it.pop("changed", None)
-        if not (isinstance(drafts, list) and isinstance(accepted, int) and isinstance(new, int) and 0 <= new <= 10**6):
+        if not (isinstance(drafts, list) and isinstance(accepted, int) and isinstance(new, int)):
+            continue
+        if not (0 <= accepted <= len(drafts) and 0 <= new <= len(drafts)):  # counts that no window holds
             continue
         following = iterations[index + 1].get("drafts", []) if index + 1 < len(iterations) else []
         following = following if isinstance(following, list) else []
@@ -477,17 +511,18 @@ def _upgrade_from_version_1(data: dict) -> dict:
 
 
 def _describe(error: ValidationError) -> str:
-    """The first few problems of a validation error, each with where in the file it is."""
+    """The first few problems of a validation error, each with where in the file it is; a value from the
+    file is quoted as a short prefix (a hostile file may hold megabytes in one string)."""
     problems = []
     for item in error.errors()[:3]:
-        where = ".".join(str(part) for part in item["loc"]) or "file"
-        if item["type"] == "json_invalid":
-            problems.append(f"not valid JSON ({item['msg']})")
-        elif item["type"] == "literal_error" and item["loc"] == ("version",):
+        where = ".".join(str(part) if isinstance(part, int) else brief(part, 24).strip("'") for part in item["loc"])
+        if item["type"] == "literal_error" and item["loc"] == ("version",):
             problems.append(
-                f"unsupported trace version {item.get('input')!r}; this specviz reads version {TRACE_VERSION}"
+                f"unsupported trace version {brief(item.get('input'))}; this specviz reads version {TRACE_VERSION}"
             )
         else:
-            problems.append(f"{where}: {item['msg']}")
+            message = item["msg"].removeprefix("Value error, ")
+            message = message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS] + "..."
+            problems.append(f"{where}: {message}" if where else message)
     more = error.error_count() - len(problems)
     return "invalid trace: " + "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")

@@ -19,7 +19,9 @@ from specviz.viz.publication import (
     FIGURES,
     FORMATS,
     GREY_STEP,
+    SLUG_CHARS,
     STYLES,
+    FigureOptionError,
     Setting,
     acceptance_map,
     comparison_rows,
@@ -249,6 +251,44 @@ def test_file_stems_tell_traces_apart(examples):
     assert file_stems([sjd, _rerun(sjd, seed=2)]) == ["sjd-seed0", "sjd-seed2"]
     assert file_stems([sjd, _rerun(sjd, prompt="Blue Car!")]) == ["sjd-red-apple", "sjd-blue-car"]
     assert file_stems([sjd, sjd]) == ["sjd", "sjd-2"]
+
+
+HOSTILE_NAMES = ["../../../../tmp/x/PWNED", "/tmp/x/PWNED", "a\x00b", "a/" * 40, "..", "", "$\\frac{$", "é" * 300]
+
+
+def test_names_from_a_trace_never_leave_the_output_folder(examples, tmp_path):
+    """A trace's method, model and prompt name the files; made into slugs, they cannot name a path. (A
+    loaded trace cannot carry such names at all: these are built around the loader's checks.)"""
+    (_, ar), (_, sjd), _ = examples
+    hostile = [
+        sjd.model_copy(update={"method": n, "model": n, "prompt": n, "seed": k}) for k, n in enumerate(HOSTILE_NAMES)
+    ]
+    stems = file_stems(hostile)
+    assert all(re.fullmatch(r"[a-z0-9-]+", stem) and len(stem) < 4 * SLUG_CHARS for stem in stems), stems
+    assert stems[4:6] == ["method-model-prompt-seed4", "method-model-prompt-seed5"]  # '..' and '': the fallbacks
+    out = tmp_path / "out"
+    write_figures([("traversing", hostile[0]), ("absolute", hostile[1]), ("ar", ar)], out, ["png"])
+    written = {path.relative_to(tmp_path) for path in tmp_path.rglob("*")}
+    assert all(path.parts[0] == "out" and len(path.parts) <= 2 for path in written), sorted(written)
+    assert (out / "tmp-x-pwned-tmp-x-pwned-tmp-x-pwned-seed0-acceptance-map.png").is_file()
+
+
+def test_a_link_planted_in_the_output_folder_is_not_followed(examples, tmp_path):
+    (_, sjd) = examples[1]
+    out, outside = tmp_path / "out", tmp_path / "outside.png"
+    out.mkdir()
+    (out / "sjd-acceptance-map.png").symlink_to(outside)
+    with pytest.raises(FigureOptionError, match="outside"):
+        write_figures([("sjd", sjd)], out, ["png"])
+    assert not outside.exists()
+
+
+def test_text_from_a_trace_is_drawn_as_written(examples, tmp_path):
+    """A '$' in a trace's text (a prompt, a string parameter in a comparison label) is not TeX to parse."""
+    (_, sjd) = examples[1]
+    tex = sjd.model_copy(update={"params": {**sjd.params, "init": "$\\frac{$"}, "prompt": "a $\\frac{ b$"})
+    write_figures([("sjd", sjd), ("tex", tex)], tmp_path, ["svg"])
+    assert "frac" in (tmp_path / "comparison.svg").read_text()
 
 
 def test_cli_writes_the_figures_of_shipped_traces(tmp_path, capsys, examples):

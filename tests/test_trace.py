@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,72 @@ def test_oversized_file(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(TraceError, match="cannot read trace"):
         Trace.load(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("name", ["../../../../tmp/x/PWNED", "/tmp/x/PWNED", "a\x00b", "a/" * 40, "$\\frac{$", "", "é"])
+@pytest.mark.parametrize("field", ["method", "model"])
+def test_names_are_registry_names(data, field, name):
+    """A trace's model and method become file names and titles: an upload naming a path is refused."""
+    data[field] = name
+    with pytest.raises(TraceError, match=f"{field}: a registry name") as refused:
+        Trace.from_json(json.dumps(data))
+    assert len(str(refused.value)) < 200
+
+
+def test_a_key_given_twice_is_refused(data):
+    """Two readers could take the first or the last of two `method` keys: the file is ambiguous."""
+    text = json.dumps(data).replace('"method": "ar"', '"method": "ar", "method": "sjd"', 1)
+    _rejected(text, "the key 'method' appears twice in one object")
+
+
+def test_numbers_beyond_a_float_are_refused(data):
+    data["seconds"] = 12345.678
+    _rejected(json.dumps(data).replace("12345.678", "1e999"), "'1e999' is beyond the numbers a trace may hold")
+
+
+def test_a_run_has_at_least_its_prefill_pass(data):
+    data["nfe"] = 0
+    _rejected(data, "nfe: Input should be greater than or equal to 1")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [  # every kind of value counts, and lists and objects have their own, smaller budget
+        ("[" + ",".join(["null"] * 4_000_000) + "]", "more than 4000000 values"),
+        ('["' + '","'.join(["a"] * 4_000_000) + '"]', "more than 4000000 values"),
+        ("[" + ",".join(["{}"] * 1_000_001) + "]", "more than 1000000 lists and objects"),
+        ("[" + ",".join(["[]"] * 1_000_001) + "]", "more than 1000000 lists and objects"),
+    ],
+)
+def test_the_value_budget_is_counted_before_parsing(text, message):
+    _rejected(text, message)
+
+
+def test_a_version_1_count_is_not_expanded_beyond_its_window():
+    """Version 1 kept an `accepted` count that conversion expands into fates: 10**12 of them would fill
+    memory from a 200 KB upload. A count beyond the iteration's drafts is left for validation to refuse."""
+    data = json.loads((Path(__file__).parent / "data" / "trace-v1-scd-mc.json").read_text())
+    data["iterations"][0]["accepted"] = 10**12
+    _rejected(data, "accepted and new drafts cannot exceed the drafts")
+
+
+@pytest.mark.parametrize("where", ["version", "params-key", "prompt"])
+def test_a_refusal_quotes_a_short_prefix_of_a_huge_value(data, where):
+    huge = "x" * 5_000_000
+    if where == "version":
+        data["version"] = huge
+    elif where == "params-key":
+        data["params"] = {huge: 1}
+    else:
+        data["prompt"] = huge
+    with pytest.raises(TraceError) as refused:
+        Trace.from_json(json.dumps(data))
+    assert len(str(refused.value)) < 400, str(refused.value)[:400]
+
+
+@pytest.mark.parametrize("window", ["16", 10**9, 2.5, True])
+def test_a_known_methods_parameters_are_checked_by_its_parameter_class(window):
+    """An upload whose SJD window is the text "16" loads, then breaks every view that counts on an int."""
+    data = json.loads((Path(__file__).parents[1] / "specviz" / "data" / "examples" / "red-apple-sjd.json").read_text())
+    data["params"]["window"] = window
+    _rejected(data, "params: window must be an integer from 1 to 128")
