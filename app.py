@@ -8,7 +8,6 @@ from specviz.ui import CSS, MAX_UPLOAD_BYTES, build, server_address
 
 configure_threads()  # every core but one, or SPECVIZ_THREADS: a busy machine must not stall the runs
 demo = build()
-demo.queue(default_concurrency_limit=1, max_size=32)
 
 if __name__ == "__main__":
     host, port = server_address(dict(os.environ))

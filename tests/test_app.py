@@ -127,12 +127,12 @@ def test_malformed_upload_gets_a_clear_message(server, tmp_path):
     "changes, message",
     [
         ({"prompt": "   "}, "the prompt is empty"),
-        ({"model": "dalle"}, "dalle is not in the list of choices"),
-        ({"seed": 1, "method": "nope"}, "nope is not in the list"),
+        ({"model": "dalle"}, "Model: 'dalle' is not one of"),
+        ({"seed": 1, "method": "nope"}, "Method: 'nope' is not one of"),
         ({"prompt": None}, "the prompt must be text"),
         ({"seed": 1e30}, "the seed must be an integer from 0"),
-        ({"seed": -4}, "Seed: Value -4 is less than minimum value 0"),
-        ({"window": 500}, r"Window W: Value 500 is greater than maximum value 128.*\(allowed: 1 to 128\)"),
+        ({"seed": -4}, r"Seed: -4 is out of range \(allowed: 0 or more\)"),
+        ({"window": 500}, r"Window W: 500 is out of range \(allowed: 1 to 128\)"),
     ],
 )
 def test_bad_input_is_a_message_not_a_stack_trace(server, changes, message, capfd):
@@ -166,7 +166,7 @@ def test_bad_sampling_and_parameters_are_messages(server):
     client = Client(server, verbose=False)
     for position, value, message in [
         (4 + PARAMETERS.index("window"), 2.5, r"Window W: 2.5 is not a whole number \(allowed: 1 to 128\)"),
-        (TEMPERATURE, "hot", "Temperature \\(0 = greedy\\): .*float"),
+        (TEMPERATURE, "hot", r"Temperature \(0 = greedy\): a number is needed, got 'hot'"),
         (TEMPERATURE + 1, 2.5, r"Top-k \(0 = off\): 2.5 is not a whole number"),  # Gradio would round it to 2
     ]:
         values = list(RACE)

@@ -80,3 +80,19 @@ def test_the_acceptance_map_kinds_hide_for_a_continuous_run(demo):
     assert kinds.fn({"trace": SimpleNamespace(continuous=True)})["visible"] is False
     assert kinds.fn({"trace": SimpleNamespace(continuous=False)})["visible"] is True
     assert kinds.fn({})["visible"] is True  # a fresh page
+
+
+def test_an_upload_claiming_a_generation_order_is_decoded_only_by_a_random_order_model(demo):
+    """A tiny trace with a (reversed) generation order loads, but tiny decodes raster runs only: its views
+    show no image rather than failing (`decode` of a raster model takes no order)."""
+    from pathlib import Path
+
+    import specviz
+    from specviz.trace import Trace
+    from specviz.ui.service import decoder_for
+
+    trace = Trace.load(Path(specviz.__file__).parent / "data" / "examples" / "red-apple-sjd.json")
+    reordered = trace.model_copy(
+        update={"geometry": trace.geometry.model_copy(update={"order": list(range(256))[::-1]})}
+    )
+    assert decoder_for(trace) is not None and decoder_for(reordered) is None

@@ -10,13 +10,13 @@ import gradio as gr
 
 from specviz import viz
 from specviz.decoding import run
-from specviz.decoding.cost import cost_sentence, pass_costs
+from specviz.decoding.cost import SIZES, PassCost, cost_sentence, pass_costs
 from specviz.decoding.race import TIMING_BUDGET, needs_retiming, time_again, timings_wanted, with_timing
 from specviz.inputs import check_prompt
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import Trace
-from specviz.ui.controls import COMPARED, Controls, params_text, sampling_text
-from specviz.ui.service import get_model, gpu, on_compute_thread, user_errors
+from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
+from specviz.ui.service import get_model, gpu_seconds, gpu_work, on_compute_thread, user_errors
 
 COMPARING = "*Comparing "  # how Compare's note starts while it runs
 COMPARE_HEADERS = ["method", "parameters", "lossless", "NFE", "step compression", "seconds", "latency against AR"]
@@ -80,7 +80,7 @@ class CompareTab:
 
 def build(method_names: list[str]) -> CompareTab:
     with gr.Tab("Compare"):
-        methods = gr.CheckboxGroup(method_names, value=list(COMPARED), label="Methods")
+        methods = gr.CheckboxGroup(method_names, value=compared_methods(method_names), label="Methods")
         button = gr.Button("Compare on this prompt and seed")
         note = gr.Markdown(elem_id="compare-note")
         # widths that keep every column on a 1280 px screen, headers broken between words
@@ -98,32 +98,39 @@ def build(method_names: list[str]) -> CompareTab:
     return CompareTab(methods, button, note, table, plot, cost_button, cost_note, cost_plot)
 
 
+def compare_seconds(request: RunRequest, selected: list[str], big: bool, night: bool) -> int:
+    """GPU time for a comparison: AR and each method, each at most one pass per token of the target and
+    one of a draft model."""
+    return gpu_seconds(2 * (1 + len(selected)) * get_model(request.model).geometry.seq_len)
+
+
+def cost_seconds(model_name: str, prompt: str) -> int:
+    """GPU time for the pass costs: one warm-up and five timed passes of each size (`pass_costs`)."""
+    return gpu_seconds(6 * len(SIZES))
+
+
 def wire(tab: CompareTab, controls: Controls, runs: gr.State):
     """Compare and the cost panel; returns Compare's event, which Stop cancels."""
 
-    @gpu
+    @gpu_work(model=lambda request, selected, big, night: request.model, duration=compare_seconds)
     @user_errors
-    def compare(data: dict) -> Iterator[dict]:
-        selected = data[tab.methods]
-        if not selected:
-            raise SettingsError("choose at least one method to compare")
-        request = controls.request(data, method="ar")
+    def comparison(request: RunRequest, selected: list[str], big: bool, night: bool) -> Iterator[dict[str, object]]:
+        """AR and the selected methods run in turns, then (on a CPU) all timed again, as the race times its two;
+        frames for the table, chart and note keyed by name (plain values: inside a GPU call they cross
+        processes)."""
         chosen = get_model(request.model)
         total = len(selected) + 1
 
         def progress(note: str) -> str:
             return f"{COMPARING}AR and {', '.join(selected)}: {note}...*"
 
-        yield {tab.table: [], tab.plot: None, tab.note: progress(f"0 of {total} runs done")}
+        yield {"table": [], "plot": None, "note": progress(f"0 of {total} runs done")}
         ar = on_compute_thread(run, chosen, "ar", request.prompt, request.seed, request.sampling)
         traces: list[Trace] = []
         for name in selected:
             params = request.params(name)
             traces.append(on_compute_thread(run, chosen, name, request.prompt, request.seed, request.sampling, params))
-            yield {
-                tab.table: compare_rows(ar, traces)[0],
-                tab.note: progress(f"{len(traces) + 1} of {total} runs done"),
-            }
+            yield {"table": compare_rows(ar, traces)[0], "note": progress(f"{len(traces) + 1} of {total} runs done")}
         abandoned = ""
         if needs_retiming(chosen):
             wanted = timings_wanted()
@@ -135,14 +142,30 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
                     break
                 done += 1
                 ar, *traces = (with_timing(t, timing) for t, timing in zip([ar, *traces], timings, strict=True))
-                yield {tab.note: progress(f"timing all {total} runs again with nothing drawing, {done} of {wanted}")}
+                yield {"note": progress(f"timing all {total} runs again with nothing drawing, {done} of {wanted}")}
         table, rows = compare_rows(ar, traces)
-        big, night = data[controls.large], data[controls.dark]
         yield {
-            tab.table: table,
-            tab.plot: viz.comparison_figure(rows, dark=night, large=big),
-            tab.note: compare_caption(ar) + abandoned,
+            "table": table,
+            "plot": viz.comparison_figure(rows, dark=night, large=big),
+            "note": compare_caption(ar) + abandoned,
         }
+
+    @gpu_work(model=lambda model_name, prompt: model_name, duration=cost_seconds)
+    @user_errors
+    def measured_costs(model_name: str, prompt: str) -> list[PassCost]:
+        """Passes of 1 to 33 tokens on the chosen model, timed."""
+        return on_compute_thread(pass_costs, get_model(model_name), prompt)
+
+    @user_errors
+    def compare(data: dict) -> Iterator[dict]:
+        selected = data[tab.methods]
+        if not selected:
+            raise SettingsError("choose at least one method to compare")
+        request = controls.request(data, method="ar")
+        request.check(get_model(request.model), selected)  # refused here, before any work or GPU slot
+        shown = {"table": tab.table, "plot": tab.plot, "note": tab.note}
+        for frame in comparison(request, selected, data[controls.large], data[controls.dark]):
+            yield {shown[name]: value for name, value in frame.items()}
 
     event = tab.button.click(
         compare,
@@ -153,12 +176,10 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
         show_progress_on=tab.note,  # the rows arrive one by one; a refusal marks the note, not the table
     )
 
-    @gpu
     @user_errors
     def measure_costs(model_name: str, text: str, state: dict, big: bool, night: bool):
         """Time passes of 1 to 33 tokens on the chosen model and say what that does to a speedup."""
-        chosen = get_model(model_name)
-        costs = on_compute_thread(pass_costs, chosen, check_prompt(text))
+        costs = measured_costs(model_name, check_prompt(text))
         compression = viz.summary(state["trace"])["step_compression"] if state else None  # the last run's
         return cost_sentence(costs, compression), viz.pass_cost_figure(costs, dark=night, large=big)
 

@@ -12,15 +12,16 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from specviz.decoding import METHODS
+from specviz.decoding import METHODS, get_method
 from specviz.decoding.params import all_fields
-from specviz.inputs import check_seed
+from specviz.inputs import MAX_PROMPT_CHARS, check_prompt, check_seed
+from specviz.models.protocol import ImageModel
 from specviz.models.registry import MODELS, get_entry
 from specviz.models.settings import SamplingSettings
 from specviz.models.tiny.text import nearest_known
 from specviz.presets import PRESET_BY_KEY
 from specviz.trace import Trace
-from specviz.ui.service import offered_models, on_compute_thread, user_errors
+from specviz.ui.service import default_model, offered_models, on_compute_thread, user_errors
 
 DEFAULT_METHOD = "sjd"  # what Run races first on a discrete model
 COMPARED = ("sjd", "scd-mc", "scd-gs")  # Compare's first selection on a discrete model
@@ -136,15 +137,24 @@ def methods_for(name: str) -> list[str]:
     return [n for n in names if entry.has_draft or not METHODS[n].needs_draft] or ["ar"]
 
 
+def default_method(names: list[str]) -> str:
+    """The method Run races first among a model's methods."""
+    return DEFAULT_METHOD if DEFAULT_METHOD in names else ("cspd" if "cspd" in names else names[0])
+
+
+def compared_methods(names: list[str]) -> list[str]:
+    """Compare's first selection among a model's methods."""
+    return [n for n in COMPARED if n in names] or [n for n in names if METHODS[n].lossless][:2]
+
+
 def methods_of(name: str) -> tuple:
     """The method list, its default and parameters, and the Compare choices for the chosen model."""
     names = methods_for(name)
-    default = DEFAULT_METHOD if DEFAULT_METHOD in names else ("cspd" if "cspd" in names else names[0])
-    compared = [n for n in COMPARED if n in names] or [n for n in names if METHODS[n].lossless][:2]
+    default = default_method(names)
     return (
         gr.update(choices=[(method_label(n), n) for n in names], value=default),
         *method_updates(default),
-        gr.update(choices=names, value=compared),
+        gr.update(choices=names, value=compared_methods(names)),
     )
 
 
@@ -172,7 +182,7 @@ def preset_controls(key: str) -> tuple:
     sampling = get_entry(preset.model).sampling()
     if preset.temperature is not None:
         sampling = dataclasses.replace(sampling, temperature=preset.temperature)
-    compared = list(preset.compare) or [n for n in COMPARED if n in names] or [preset.method]
+    compared = list(preset.compare) or compared_methods(names) or [preset.method]
     return (
         gr.update(value=preset.model),
         gr.update(choices=[(method_label(n), n) for n in names], value=preset.method),
@@ -243,6 +253,15 @@ class RunRequest:
         validates them when the run starts."""
         return {name: self.controls[name] for name in own_parameters(method or self.method)}
 
+    def check(self, model: ImageModel, methods: list[str] | None = None) -> None:
+        """Refuse what the runs would refuse (the prompt, each method's parameters and kind of tokens)
+        before any work starts, and before a GPU slot is taken for it."""
+        check_prompt(self.prompt)
+        for name in methods or [self.method]:
+            spec = get_method(name)
+            spec.resolve(self.params(name))
+            spec.runs_on(model)
+
 
 @dataclass
 class Controls:
@@ -305,13 +324,17 @@ class Controls:
 
 
 def build() -> Controls:
-    """The side panel, Run right under the prompt (on a 1280 x 720 projector it stays on the first screen)."""
-    method_names = methods_for("tiny")
-    defaults = get_entry("tiny").sampling()  # the sampling controls open at the default model's own
-    model = gr.Dropdown(model_choices(), value="tiny", label="Model")
-    method = gr.Dropdown([(method_label(n), n) for n in method_names], value=DEFAULT_METHOD, label="Method")
+    """The side panel, Run right under the prompt (on a 1280 x 720 projector it stays on the first screen),
+    opened on the default model, its first method and its own sampling settings."""
+    opened = default_model()
+    method_names = methods_for(opened)
+    first = default_method(method_names)
+    defaults = get_entry(opened).sampling()  # read from the registry, without loading weights
+    model = gr.Dropdown(model_choices(), value=opened, label="Model")
+    method = gr.Dropdown([(method_label(n), n) for n in method_names], value=first, label="Method")
     lossy_note = gr.Markdown(visible=False, elem_classes="lossy-note")
-    prompt = gr.Textbox(value="red apple", label="Prompt", max_lines=2)
+    # the prompt limit in the browser too; the server refuses a longer one from any client (CheckedBlocks)
+    prompt = gr.Textbox(value="red apple", label="Prompt", max_lines=2, max_length=MAX_PROMPT_CHARS)
     with gr.Row():
         run_button = gr.Button("Run", variant="primary", elem_id="run-button")
         stop_button = gr.Button("Stop")
@@ -319,7 +342,7 @@ def build() -> Controls:
     use_nearest = gr.Button(visible=False, size="sm", elem_id="use-nearest")
     nearest = gr.State(None)
     gr.Examples(EXAMPLES, inputs=prompt, label="Examples")
-    known, known_info = known_prompts("tiny")
+    known, known_info = known_prompts(opened)
     known_names = gr.Dropdown(
         known,
         value=None,
@@ -329,7 +352,7 @@ def build() -> Controls:
         visible=bool(known),
     )
     seed = gr.Number(value=0, precision=0, label="Seed", minimum=0)
-    parameters = {name: method_control(name, DEFAULT_METHOD) for name in PARAMETERS}
+    parameters = {name: method_control(name, first) for name in PARAMETERS}
     with gr.Accordion("Sampling", open=False):
         temperature = gr.Slider(0.0, 2.0, value=defaults.temperature, step=0.05, label="Temperature (0 = greedy)")
         top_k = gr.Number(value=defaults.top_k or 0, precision=0, minimum=0, label="Top-k (0 = off)")
@@ -359,8 +382,13 @@ def wire(controls: Controls, compare_methods: gr.CheckboxGroup) -> None:
     controls.known_names.input(lambda name: name or gr.update(), controls.known_names, controls.prompt)
 
     @user_errors
-    def hint(model_name: str, text: str):
-        line, nearest = on_compute_thread(prompt_hint, model_name, text)
+    def hint(model_name: str, text: str | None):
+        """The nearest known names to the prompt being typed. The prompt is checked (its length first: the
+        page's box and CheckedBlocks bound it) before any work, as a run checks it: a megabyte of text held
+        the one compute thread for seconds."""
+        if not text or not text.strip():  # an emptied box while typing: no hint, no complaint
+            return "", gr.update(visible=False), None
+        line, nearest = on_compute_thread(prompt_hint, model_name, check_prompt(text))
         offer = gr.update(value=f"Use \u201c{nearest}\u201d", visible=True) if nearest else gr.update(visible=False)
         return line, offer, nearest
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 import plotly.graph_objects as go
+from gradio.events import Dependency
 
 from specviz import viz
 from specviz.decoding import run
@@ -16,7 +17,16 @@ from specviz.decoding.params import SpeculativeParameters
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import Trace
 from specviz.ui.controls import Controls
-from specviz.ui.service import DISPLAY_SIZE, decoder_for, get_model, gpu, on_compute_thread, picture, user_errors
+from specviz.ui.service import (
+    DISPLAY_SIZE,
+    decoder_for,
+    get_model,
+    gpu_seconds,
+    gpu_work,
+    on_compute_thread,
+    picture,
+    user_errors,
+)
 
 PLAY_INTERVAL = 0.4  # seconds per iteration when playing back
 # left and right arrows step the Inspect slider (not while typing in a field)
@@ -206,13 +216,9 @@ def with_contrast(runs: dict) -> dict:
     return {**runs, "contrast": [second]}
 
 
-@gpu
-@user_errors
-def contrast_runs(state: dict) -> dict:
-    """The same run with pre-filling switched, beside the first in acceptance by step."""
-    if not state:
-        raise SettingsError("run cspd or cspd-exact on tiny-continuous first")
-    return with_contrast(state)
+def contrast_seconds(runs: dict) -> int:
+    """GPU time for the contrast run: the target's pass per token and its draft's."""
+    return gpu_seconds(2 * get_model(runs["trace"].model).geometry.seq_len)
 
 
 @dataclass
@@ -228,7 +234,7 @@ def build() -> tuple[InspectTab, dict]:
     """The tab's components; also returns its buttons by role, for `wire`."""
     with gr.Tab("Inspect"):
         with gr.Row():
-            iteration = gr.Slider(0, 1, value=0, step=1, label="Iteration (arrow keys step)")
+            iteration = gr.Slider(0, 1, value=0, step=1, precision=0, label="Iteration (arrow keys step)")
             play = gr.Button("Play", scale=0, size="sm", min_width=60)
             pause = gr.Button("Pause", scale=0, size="sm", min_width=60)
             speed = gr.Radio(
@@ -289,9 +295,9 @@ def build() -> tuple[InspectTab, dict]:
     return tab, buttons
 
 
-def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> tuple[Callable, gr.events.Dependency]:
+def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> tuple[Callable, Callable, Dependency]:
     """Slider, playback, jumps and views; returns what chains the views' refresh after an event that sets
-    `runs`, and the contrast run's event (Stop cancels it)."""
+    `runs`, the contrast run's handler (the CSpD preset chains it) and its event (Stop cancels it)."""
     _window_plot, _iteration_image, _depth_plot = tab.views[:3]
     iteration, timer = tab.iteration, tab.timer
 
@@ -341,6 +347,17 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
     iteration.change(describe_iteration, [runs, iteration], buttons["note"], **stepped)
     buttons["speed"].change(lambda seconds: gr.Timer(value=seconds), buttons["speed"], timer)
 
+    contrast_work = gpu_work(model=lambda state: state["trace"].model, duration=contrast_seconds)(
+        user_errors(with_contrast)
+    )
+
+    @user_errors
+    def contrast_runs(state: dict) -> dict:
+        """The same run with pre-filling switched, beside the first in acceptance by step."""
+        if not state or contrast_params(state["trace"]) is None:
+            raise SettingsError("run cspd or cspd-exact on tiny-continuous first")
+        return contrast_work(state)
+
     contrast_event = tab.contrast_button.click(
         contrast_runs, runs, runs, concurrency_limit=1, concurrency_id="gpu", show_progress="minimal"
     )
@@ -355,4 +372,4 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
         event.then(map_kinds, runs, tab.map_kind)
         return event.then(refresh, view_inputs, view_outputs)
 
-    return refresh_after, contrast_event
+    return refresh_after, contrast_runs, contrast_event

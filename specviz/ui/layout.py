@@ -9,9 +9,10 @@ import gradio as gr
 
 from specviz import viz
 from specviz.decoding.race import timings_wanted
+from specviz.models.registry import get_entry
 from specviz.presets import PRESET_BY_KEY, PRESETS
 from specviz.ui import compare, controls, inspection, race, replay
-from specviz.ui.service import get_model, on_compute_thread, quiet_checks
+from specviz.ui.service import CheckedBlocks, default_model, load_at_startup, offered_models, on_compute_thread
 
 CSS = """
 :root body.specviz-large {
@@ -30,6 +31,8 @@ CSS = """
 .race-bar-fill { display: block; height: 100%; border-radius: 3px; transition: width 0.15s linear; }
 .race-bar-value { font-variant-numeric: tabular-nums; }
 """
+# Gradio's cache (pictures, uploads, exports): every 15 minutes, files older than an hour are removed
+CACHE_SWEEP = (900, 3600)
 TOGGLE_LARGE = "(large) => { document.body.classList.toggle('specviz-large', large); }"
 TOGGLE_DARK = "(dark) => { document.body.classList.toggle('dark', dark); }"
 # a plot drawn while its tab was hidden takes Plotly's default 700 px width, clipped in a narrower column:
@@ -42,15 +45,17 @@ FIT_PLOTS_ON_TAB = """() => {
 
 
 def build() -> gr.Blocks:
-    """The whole app; `app.py` launches it."""
+    """The whole app, queued; `app.py` launches it."""
     timings_wanted()  # a wrong SPECVIZ_TIMINGS is a message at start, not after a race
-    get_model("tiny")  # load the embedded model and prompt encoder now, so the first Run starts at once
-    from specviz.models.tiny.text import shared_text_encoder
+    load_at_startup()  # the first Run starts at once, and on ZeroGPU models are placed on CUDA before any GPU call
+    offered = offered_models()
+    if any(get_entry(name).known_prompts() and not get_entry(name).class_conditional for name in offered):
+        from specviz.models.tiny.text import shared_text_encoder  # the prompt hint's encoder
 
-    on_compute_thread(shared_text_encoder)
+        on_compute_thread(shared_text_encoder)
+    presets = [preset for preset in PRESETS if preset.model in offered]  # a preset runs an offered model only
 
-    # Gradio removes the files it cached for the browser (images, uploads) after an hour
-    with gr.Blocks(title="specviz: speculative and Jacobi decoding, visible", delete_cache=(3600, 3600)) as demo:
+    with CheckedBlocks(title="specviz: speculative and Jacobi decoding, visible", delete_cache=CACHE_SWEEP) as demo:
         runs = gr.State({})
         gr.Markdown(
             "# specviz\nSpeculative and Jacobi decoding for autoregressive image generation, made visible. "
@@ -58,10 +63,11 @@ def build() -> gr.Blocks:
             f"recorded. Colours (colour-blind safe): {viz.swatches()}.",
             elem_id="specviz-header",
         )
-        with gr.Row(elem_id="presets", equal_height=True):  # one press sets everything and races
+        # one press sets everything and races
+        with gr.Row(elem_id="presets", equal_height=True, visible=bool(presets)):
             gr.Markdown("**Presets**: the papers' findings, live", elem_id="presets-title")
             preset_buttons = {
-                p.key: gr.Button(p.label, size="sm", min_width=100, elem_id=f"preset-{p.key}") for p in PRESETS
+                p.key: gr.Button(p.label, size="sm", min_width=100, elem_id=f"preset-{p.key}") for p in presets
             }
         with gr.Row():
             with gr.Column(scale=1, min_width=300):
@@ -69,11 +75,11 @@ def build() -> gr.Blocks:
             with gr.Column(scale=3):
                 race_tab = race.build()
                 inspect_tab, inspect_buttons = inspection.build()
-                compare_tab = compare.build(controls.methods_for("tiny"))
+                compare_tab = compare.build(controls.methods_for(default_model()))
                 replay_tab = replay.build()
 
         controls.wire(side, compare_tab.methods)
-        refresh_after, contrast_event = inspection.wire(inspect_tab, inspect_buttons, side, runs)
+        refresh_after, contrast_runs, contrast_event = inspection.wire(inspect_tab, inspect_buttons, side, runs)
         racer, race_inputs, race_outputs, race_options = race.wire(
             race_tab, side, runs, inspect_tab.iteration, replay_tab.downloads
         )
@@ -88,7 +94,7 @@ def build() -> gr.Blocks:
             )
             preset_races.append(raced)
             if PRESET_BY_KEY[key].contrast:  # the finding is a comparison of two runs in Inspect
-                raced = raced.success(inspection.contrast_runs, runs, runs, concurrency_id="gpu")
+                raced = raced.success(contrast_runs, runs, runs, concurrency_id="gpu")
                 preset_races.append(raced)
             refresh_after(raced)
         compare_event = compare.wire(compare_tab, side, runs)
@@ -108,7 +114,7 @@ def build() -> gr.Blocks:
         demo.load(None, None, None, js=FIT_PLOTS_ON_TAB)
         side.large.change(None, side.large, None, js=TOGGLE_LARGE)
         side.dark.change(None, side.dark, None, js=TOGGLE_DARK)
-    for block in demo.blocks.values():
-        if isinstance(block, gr.components.Component):
-            quiet_checks(block)
+    # runs wait in one queue, one at a time per event, 32 waiting at most; the REST routes that would skip
+    # the queue are closed even where Gradio opens them (off a Space)
+    demo.queue(default_concurrency_limit=1, max_size=32, api_open=False)
     return demo

@@ -3,6 +3,7 @@ drafts and fates drawn on its picture, then a summary whose clocks come from und
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import time
 from collections.abc import Iterator
@@ -16,9 +17,19 @@ from specviz.decoding.race import TIMING_BUDGET, Race, needs_retiming, time_agai
 from specviz.models.protocol import decode_in_order
 from specviz.trace import Trace
 from specviz.ui.compare import COMPARING
-from specviz.ui.controls import Controls
+from specviz.ui.controls import Controls, RunRequest
 from specviz.ui.inspection import opened_at
-from specviz.ui.service import DISPLAY_SIZE, decodable, get_model, gpu, on_compute_thread, picture, show, user_errors
+from specviz.ui.service import (
+    DISPLAY_SIZE,
+    decodable,
+    get_model,
+    gpu_seconds,
+    gpu_work,
+    on_compute_thread,
+    picture,
+    show,
+    user_errors,
+)
 
 # seconds between streamed UI updates during a race: the drawing (decode, PNG, browser) took the race to
 # 1.7-2.1x the two runs' compute on 2 cores at 0.1 s, 1.32-1.74x at 0.2 s, 1.36-1.48x at 0.25 s
@@ -202,14 +213,23 @@ def build() -> RaceTab:
     )
 
 
+def race_seconds(request: RunRequest, slow: bool) -> int:
+    """GPU time for a race: AR's pass per token, the method's at most one per token and a draft model's,
+    and in slow motion the pause after each of the method's passes."""
+    tokens = get_model(request.model).geometry.seq_len
+    return gpu_seconds(3 * tokens, tokens * SLOW_MOTION_PAUSE if slow else 0.0)
+
+
 def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, downloads: gr.File):
     """The race handler; returns it with its inputs, outputs and options, for Run and the presets."""
+    outputs = {field.name: getattr(tab, field.name) for field in dataclasses.fields(tab)}
+    outputs.update(runs=runs, iteration=iteration, downloads=downloads)
 
-    @gpu
+    @gpu_work(model=lambda request, slow: request.model, duration=race_seconds)
     @user_errors
-    def race(data: dict) -> Iterator[dict]:
-        request = controls.request(data)
-        slow = data[tab.speed] == "slow"
+    def race_frames(request: RunRequest, slow: bool) -> Iterator[dict[str, object]]:
+        """The race as frames of output values keyed by name (plain values: inside a GPU call they cross
+        processes)."""
         chosen = get_model(request.model)
         contest = on_compute_thread(
             Race, chosen, request.method, request.prompt, request.seed, request.sampling, request.params()
@@ -217,18 +237,18 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         shown: dict[RunStream, int] = {}
         # the previous run's images, counters, summary and downloads go at once: they describe another run
         yield {
-            tab.method_image: None,
-            tab.method_counter: "",
-            tab.ar_image: None,
-            tab.ar_counter: "",
-            tab.summary: racing(request.method),
-            downloads: None,
-            tab.bars: "",
-            tab.progress: None,
-            tab.progress_title: "",
+            "method_image": None,
+            "method_counter": "",
+            "ar_image": None,
+            "ar_counter": "",
+            "summary": racing(request.method),
+            "downloads": None,
+            "bars": "",
+            "progress": None,
+            "progress_title": "",
         }
 
-        def side(stream: RunStream, image, count) -> dict:
+        def side(stream: RunStream, image: str, count: str) -> dict:
             """One side's image and counter, where it has moved since the last frame."""
             if shown.get(stream) == len(stream.tokens):
                 return {}
@@ -251,7 +271,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             title, cells = viz.progress_map(run)
             shown_map = show(cells)
             shown_map.info["Description"] = f"{run.method}: map after {len(run.tokens)} tokens, {when}"
-            return {tab.progress: shown_map, tab.progress_title: f"{run.method}: {title}"}
+            return {"progress": shown_map, "progress_title": f"{run.method}: {title}"}
 
         def bars(*done: Trace) -> str:
             return race_bars([(t.method, viz.summary(t)["nfe"], t.seconds) for t in done], total)
@@ -262,10 +282,10 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
 
         def both() -> dict:
             moved = {
-                **side(contest.contender, tab.method_image, tab.method_counter),
-                **side(contest.baseline, tab.ar_image, tab.ar_counter),
+                **side(contest.contender, "method_image", "method_counter"),
+                **side(contest.baseline, "ar_image", "ar_counter"),
             }
-            return {**moved, tab.bars: live_bars()} if moved else {}
+            return {**moved, "bars": live_bars()} if moved else {}
 
         last = 0.0
         while (advanced := on_compute_thread(contest.step)) is not None:
@@ -281,16 +301,16 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns
         wanted = timings_wanted() if needs_retiming(chosen) else 0
         finished = {
-            tab.method_image: final_picture(chosen, trace),
-            tab.ar_image: final_picture(chosen, ar),
-            tab.method_counter: final_counter(trace),
-            tab.ar_counter: final_counter(ar),
-            tab.summary: race_summary(trace, ar, drawing_shared=wanted > 0, timing=wanted),
-            tab.bars: bars(trace, ar),
+            "method_image": final_picture(chosen, trace),
+            "ar_image": final_picture(chosen, ar),
+            "method_counter": final_counter(trace),
+            "ar_counter": final_counter(ar),
+            "summary": race_summary(trace, ar, drawing_shared=wanted > 0, timing=wanted),
+            "bars": bars(trace, ar),
             **progress(trace, "final"),
         }
         if not wanted:
-            yield {**finished, runs: {"trace": trace, "ar": ar}, iteration: opened_at(trace)}
+            yield {**finished, "runs": {"trace": trace, "ar": ar}, "iteration": opened_at(trace)}
             return
         # Inspect takes the runs once their clocks are final: its views are drawn after the race, whole
         yield finished
@@ -302,25 +322,33 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
                 break
             trace, ar = (with_timing(t, timing) for t, timing in zip((trace, ar), timings, strict=True))
             yield {
-                tab.method_counter: final_counter(trace),
-                tab.ar_counter: final_counter(ar),
-                tab.summary: race_summary(trace, ar, drawing_shared=True, timing=wanted),
-                tab.bars: bars(trace, ar),
+                "method_counter": final_counter(trace),
+                "ar_counter": final_counter(ar),
+                "summary": race_summary(trace, ar, drawing_shared=True, timing=wanted),
+                "bars": bars(trace, ar),
             }
         yield {
-            tab.summary: race_summary(trace, ar, drawing_shared=True) + note,
-            runs: {"trace": trace, "ar": ar},
-            iteration: opened_at(trace),
+            "summary": race_summary(trace, ar, drawing_shared=True) + note,
+            "runs": {"trace": trace, "ar": ar},
+            "iteration": opened_at(trace),
         }
 
+    @user_errors
+    def race(data: dict) -> Iterator[dict]:
+        request = controls.request(data)
+        request.check(get_model(request.model))  # refused here, before any work or GPU slot
+        for frame in race_frames(request, data[tab.speed] == "slow"):
+            yield {outputs[name]: value for name, value in frame.items()}
+
     inputs = controls.run_inputs | {tab.speed}
-    outputs = [tab.method_image, tab.method_counter, tab.ar_image, tab.ar_counter, tab.summary, runs, iteration]
     options = {
         "concurrency_limit": 1,
         "concurrency_id": "gpu",
         "show_progress": "hidden",  # the images and counters are the progress; a spinner only costs CPU
     }
-    return race, inputs, [*outputs, downloads, tab.bars, tab.progress, tab.progress_title], options
+    shown = ["method_image", "method_counter", "ar_image", "ar_counter", "summary", "runs", "iteration"]
+    shown += ["downloads", "bars", "progress", "progress_title"]
+    return race, inputs, [outputs[name] for name in shown], options
 
 
 def final_picture(model, trace: Trace):

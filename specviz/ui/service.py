@@ -1,6 +1,7 @@
 """What every tab of the app shares on the server side: one compute thread for all model work, the
-models loaded once per process, user errors as messages without stack traces, decoded pictures,
-export folders, and where to serve."""
+models loaded once per process (at start-up where an owner named them), GPU work entered only where a
+request needs it, every endpoint's input checked before its handler runs, user errors as messages
+without stack traces, decoded pictures, export folders, and where to serve."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import torch
 from PIL import Image
 
 from specviz.decoding import UnknownMethod
-from specviz.inputs import InputError
+from specviz.inputs import InputError, brief
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import ImageModel, UnsupportedMethod, decode_in_order
 from specviz.models.registry import MODELS, load_model
@@ -37,6 +38,10 @@ MAX_UPLOAD_BYTES = MAX_TRACE_BYTES  # launch(max_file_size=...): a trace is the 
 EXPORT_ROOT = Path(tempfile.gettempdir()) / "specviz-exports"
 EXPORT_MAX_AGE_SECONDS = 3600
 MODELS_ENV_VAR = "SPECVIZ_MODELS"
+# the models that ship in assets/: small, offline, safe for anonymous visitors; offered on a Space by default.
+# They run on the CPU everywhere: at batch 1 a GPU pass of a model this small is bound by kernel launches, and
+# on ZeroGPU a GPU slot would cost each visitor's daily quota for nothing.
+EMBEDDED_MODELS = ("tiny", "tiny-continuous")
 USER_ERRORS = (
     InputError,
     ExportError,
@@ -48,15 +53,16 @@ USER_ERRORS = (
     TraceError,
 )
 
-try:  # on a ZeroGPU Space, GPU work must run inside spaces.GPU; elsewhere this is a no-op
+try:  # ZeroGPU (Hugging Face Spaces): a GPU exists only inside functions decorated with spaces.GPU
     import spaces
 
-    gpu = spaces.GPU
+    # and only GPU work may enter one: Gradio would otherwise wrap every handler in it on a Space that asks
+    # for automatic wrapping (SPACES_GRADIO_AUTO_WRAP), a GPU slot for each click
+    spaces.disable_gradio_auto_wrap()
 except ImportError:
-
-    def gpu(fn: Callable) -> Callable:
-        return fn
-
+    spaces = None
+GPU_PASS_SECONDS = 0.1  # a generous bound on one pass of the largest registered models (8B, bf16, guidance)
+GPU_START_SECONDS = 10  # a GPU call's own overhead: prefill, pictures, handing results back
 
 _compute_lock = threading.Lock()
 _compute: tuple[int, ThreadPoolExecutor] | None = None
@@ -82,8 +88,8 @@ def on_compute_thread(fn: Callable, *args):
 
 def offered_models() -> list[str]:
     """The models this app lets its visitors run: SPECVIZ_MODELS (comma-separated), else on a Hugging Face
-    Space only the embedded model (an anonymous visitor must not make the server download and hold
-    gigabytes of weights), else every registered model."""
+    Space the embedded models (an anonymous visitor must not make the server download and hold gigabytes of
+    weights), else every registered model."""
     named = os.environ.get(MODELS_ENV_VAR)
     if named is not None:
         names = [name.strip() for name in named.split(",") if name.strip()]
@@ -92,35 +98,111 @@ def offered_models() -> list[str]:
             raise UnknownModel(f"{MODELS_ENV_VAR} names unknown models {unknown}; registered: {', '.join(MODELS)}")
         return names
     if os.environ.get("SPACE_ID"):
-        return ["tiny"]
+        return list(EMBEDDED_MODELS)
     return list(MODELS)
+
+
+def default_model() -> str:
+    """The model the page opens on: the embedded `tiny` where it is offered, else the first offered."""
+    offered = offered_models()
+    return "tiny" if "tiny" in offered else offered[0]
+
+
+def startup_models() -> list[str]:
+    """The models loaded when the app starts, so that no visitor waits for a load and, on ZeroGPU, models
+    are placed on CUDA at start-up, outside any GPU call, as its documentation requires: every model an
+    owner named (SPECVIZ_MODELS, or a Space's default); with every registered model offered (a local run),
+    the embedded ones, the rest on first use."""
+    offered = offered_models()
+    if os.environ.get(MODELS_ENV_VAR) is None and not os.environ.get("SPACE_ID"):
+        return [name for name in offered if name in EMBEDDED_MODELS]
+    return offered
+
+
+def load_at_startup() -> None:
+    """Load `startup_models()`; one that cannot load (weights missing, hub unreachable, too little memory)
+    is said in one line of the log, and refused with that reason when a visitor chooses it."""
+    for name in startup_models():
+        try:
+            get_model(name)
+        except ModelUnavailable as error:
+            log.warning("not loaded at start-up: %s", error)
+
+
+def device_for(name: str) -> str:
+    """Where a model runs: the embedded models on the CPU, the others on CUDA where there is one."""
+    return "cuda" if name not in EMBEDDED_MODELS and torch.cuda.is_available() else "cpu"
 
 
 def get_model(name: str) -> ImageModel:
     """Load an offered model once per process; every session shares it (read-only)."""
     if name not in offered_models():
-        raise UnknownModel(f"model {name!r} is not offered here; choose one of {', '.join(offered_models())}")
+        raise UnknownModel(f"model {brief(name)} is not offered here; choose one of {', '.join(offered_models())}")
     return _load_once(name)
 
 
 @functools.cache
 def _load_once(name: str) -> ImageModel:
-    device = "cuda" if torch.cuda.is_available() and name != "tiny" else "cpu"
-    return on_compute_thread(functools.partial(load_model, name, device=device))
+    return on_compute_thread(functools.partial(load_model, name, device=device_for(name)))
+
+
+def needs_gpu(model_name: str) -> bool:
+    """Whether a request on this model needs a GPU: its model sits on one (a CPU model's run needs none)."""
+    return get_model(model_name).device.type != "cpu"
+
+
+def gpu_seconds(passes: int, pause: float = 0.0) -> int:
+    """The GPU time to ask ZeroGPU for: `passes` model passes at GPU_PASS_SECONDS, plus `pause` seconds the
+    work waits on purpose (slow motion) and a call's overhead. Asked per request, so a short run does not
+    hold a long slot and a long one is not cut off at the 60 s default."""
+    return math.ceil(GPU_START_SECONDS + passes * GPU_PASS_SECONDS + pause)
+
+
+def gpu_work(model: Callable[..., str], duration: Callable[..., int]) -> Callable[[Callable], Callable]:
+    """Run the decorated work inside `spaces.GPU(duration=duration)` where the request's model (`model` of
+    the work's arguments) sits on a GPU, and directly otherwise: only GPU work may take a ZeroGPU slot, which
+    costs the visitor's daily quota. `duration` takes the work's arguments. Inside spaces.GPU the work runs in
+    a forked worker process: its arguments and what it returns or yields are pickled, so they must be plain
+    values (a request, names, traces, pictures), never Gradio components."""
+
+    def decorate(work: Callable) -> Callable:
+        on_gpu = spaces.GPU(work, duration=duration) if spaces is not None else work
+
+        def chosen(*args) -> Callable:
+            return on_gpu if needs_gpu(model(*args)) else work
+
+        if _is_generator(work):
+
+            @functools.wraps(work)
+            def stream(*args):
+                yield from chosen(*args)(*args)
+
+            return stream
+
+        @functools.wraps(work)
+        def call(*args):
+            return chosen(*args)(*args)
+
+        return call
+
+    return decorate
 
 
 def user_errors(fn: Callable) -> Callable:
     """Show known problems as a message in the UI, and unknown ones without a stack trace."""
 
     def report(error: Exception) -> gr.Error:
+        if isinstance(error, gr.Error):  # already a message (from work checked inside a GPU call)
+            return error
         if isinstance(error, torch.OutOfMemoryError):
             log.warning("out of memory in %s", fn.__name__)
             return gr.Error("Out of memory: try a smaller window, a smaller model, or the CPU.", print_exception=False)
         if isinstance(error, USER_ERRORS):
             log.warning("refused in %s: %s", fn.__name__, error)  # one line; the user sees the message
             return gr.Error(str(error), print_exception=False)
-        log.exception("unexpected error")
-        return gr.Error(f"Something went wrong ({type(error).__name__}); the details are in the server log.")
+        log.exception("unexpected error")  # the one stack trace, for a bug
+        message = f"Something went wrong ({type(error).__name__}); the details are in the server log."
+        return gr.Error(message, print_exception=False)
 
     if _is_generator(fn):
 
@@ -143,32 +225,121 @@ def user_errors(fn: Callable) -> Callable:
     return call
 
 
-def quiet_checks(component: gr.components.Component) -> gr.components.Component:
-    """Make a component's own input checks (a value out of the slider's range, a string for a number)
-    reach the user as a message, with the allowed range where it has one, and the server log as one
-    line instead of Gradio's stack trace."""
-    check = component.preprocess
+class CheckedBlocks(gr.Blocks):
+    """gr.Blocks whose every endpoint checks what a client sends before its handler runs: the number of
+    values, each value against its component as this session shows it (a range or choices that an update
+    changed included), and files only from this server's uploads. A refusal is one message to the client
+    and one line in the log. Gradio refuses some of these itself, but with a stack trace in the log or a
+    message that quotes the whole value (a 10 MB prompt, 1,915 choices), and lets others through to the
+    handler (NaN, a list for a number, a decimal where it would round)."""
+
+    async def preprocess_data(self, block_fn, inputs: list, state, explicit_call: bool = False) -> list:
+        where = block_fn.api_name or block_fn.name
+        if len(inputs) != len(block_fn.inputs):
+            raise refusal(where, f"takes {len(block_fn.inputs)} values, got {len(inputs)}")
+        for component, payload in zip(block_fn.inputs, inputs, strict=True):
+            if component.stateful:  # the server's own value is used, whatever a client sends
+                continue
+            shown = state[component._id] if state is not None and component._id in state else component
+            problem = payload_problem(shown, payload, empty=getattr(component, "value", None) is None)
+            if problem is not None:
+                raise refusal(_label(shown, where), problem + allowed_range(shown))
+        try:
+            values = await super().preprocess_data(block_fn, inputs, state, explicit_call)
+        except Exception as error:  # a file reference outside this server's uploads, or none at all
+            files = [c for c in block_fn.inputs if isinstance(c, gr.File)]
+            problem = "only files uploaded to this page are taken" if files else "these values cannot be read"
+            raise refusal(_label(files[0], where) if files else where, f"{problem} ({type(error).__name__})") from None
+        for component, value in zip(block_fn.inputs, values, strict=True):
+            if isinstance(component, gr.File):
+                for path in value if isinstance(value, list) else [value] if value else []:
+                    if not Path(path).is_file():
+                        raise refusal(_label(component, where), f"{brief(Path(path).name)} is not an uploaded file")
+        return values
+
+
+def refusal(where: str, problem: str) -> gr.Error:
+    """One line in the log and one message to the client, no stack trace."""
+    log.warning("refused input to %s: %s", where, problem)
+    return gr.Error(f"{where}: {problem}", print_exception=False)
+
+
+CHOICES = (gr.Dropdown, gr.Radio, gr.CheckboxGroup)
+LISTED_CHOICES = 8  # a refusal lists the choices up to this many, else counts them
+
+
+def payload_problem(component: gr.components.Component, payload: object, empty: bool = False) -> str | None:
+    """What is wrong with a client's value for `component`, in words that quote it briefly; None where
+    Gradio's processing and the handler can take it. `empty`: the page may send no choice (the component
+    was built without one)."""
+    if isinstance(component, gr.Number | gr.Slider):
+        problem = _number_problem(component, payload)
+    elif isinstance(component, gr.Checkbox):
+        problem = None if isinstance(payload, bool) else f"true or false is needed, got {brief(payload)}"
+    elif isinstance(component, gr.Textbox | gr.Markdown):
+        problem = _text_problem(component, payload)
+    elif isinstance(component, CHOICES):
+        return _choice_problem(component, payload, empty)
+    elif isinstance(component, gr.Dataset):
+        problem = None if type(payload) is int else f"an example's number is needed, got {brief(payload)}"
+    else:
+        return None  # a file: Gradio takes only references to its own uploads (checked after it, above)
+    if problem is not None:
+        return problem
+    try:
+        component.preprocess(payload)  # Gradio's own checks: a number's range, an example's index
+    except Exception:
+        return f"{brief(payload)} is out of range" if isinstance(component, gr.Number | gr.Slider) else "no such value"
+    return None
+
+
+def _number_problem(component: gr.Number | gr.Slider, payload: object) -> str | None:
+    if payload is None:
+        return None if isinstance(component, gr.Number) else "a number is needed"  # an emptied box: the handler says
+    if isinstance(payload, bool) or not isinstance(payload, int | float):
+        return f"a number is needed, got {brief(payload)}"
+    if isinstance(payload, float) and not math.isfinite(payload):
+        return f"{payload} is not a finite number"
+    if getattr(component, "precision", None) == 0 and isinstance(payload, float) and not payload.is_integer():
+        return f"{payload:g} is not a whole number"  # Gradio would round it silently
+    return None
+
+
+def _text_problem(component: gr.Textbox | gr.Markdown, payload: object) -> str | None:
+    if payload is None:
+        return None
+    if not isinstance(payload, str):
+        return f"text is needed, got {brief(payload)}"
+    limit = getattr(component, "max_length", None)
+    if limit is not None and len(payload) > limit:
+        return f"{len(payload):,} characters; the limit is {limit:,}"
+    return None
+
+
+def _choice_problem(component: gr.Dropdown | gr.Radio | gr.CheckboxGroup, payload: object, empty: bool) -> str | None:
+    choices = [value for _, value in component.choices]
+    several = isinstance(component, gr.CheckboxGroup) or bool(getattr(component, "multiselect", False))
+    listed = ", ".join(map(str, choices)) if len(choices) <= LISTED_CHOICES else f"its {len(choices):,} choices"
+    if payload is None:
+        return None if empty and not several else f"a choice is needed: {listed}"
+    if several != isinstance(payload, list):
+        return f"{'a list of' if several else 'one of'} its choices is needed, got {brief(payload)}"
+    wrong = [value for value in (payload if several else [payload]) if value not in choices]
+    return f"{brief(wrong[0])} is not one of {listed}" if wrong else None
+
+
+def allowed_range(component: gr.components.Component) -> str:
+    """A number's allowed range as a refusal states it, from the component as the session shows it."""
     low, high = getattr(component, "minimum", None), getattr(component, "maximum", None)
     if low is not None and high is not None:
-        allowed = f" (allowed: {low:g} to {high:g})"
-    elif low is not None:
-        allowed = f" (allowed: {low:g} or more)"
-    else:
-        allowed = ""
+        return f" (allowed: {low:g} to {high:g})"
+    if low is not None:
+        return f" (allowed: {low:g} or more)"
+    return ""
 
-    def preprocess(payload):
-        try:
-            whole = getattr(component, "precision", None) == 0
-            if whole and isinstance(payload, float) and math.isfinite(payload) and not payload.is_integer():
-                raise ValueError(f"{payload} is not a whole number")  # Gradio would round it silently
-            return check(payload)
-        except Exception as error:
-            message = (getattr(error, "message", None) or str(error)).rstrip(".")
-            log.warning("refused input to %s: %s%s", component.label, message, allowed)
-            raise gr.Error(f"{component.label}: {message}{allowed}", print_exception=False) from None
 
-    component.preprocess = preprocess
-    return component
+def _label(component: gr.components.Component, fallback: str) -> str:
+    return getattr(component, "label", None) or fallback
 
 
 def _is_generator(fn: Callable) -> bool:
@@ -200,9 +371,12 @@ def decodable(trace: Trace) -> list:
 
 def decoder_for(trace: Trace) -> ImageModel | None:
     """The model that can turn this trace's tokens into pixels here: offered, loadable, and with the
-    trace's own grid, vocabulary and layout (a trace is checked against the model, not trusted)."""
+    trace's own grid, vocabulary, layout and kind of order (a trace is checked against the model, not
+    trusted: a raster model's trace that claims a generation order is not decoded)."""
     entry = MODELS.get(trace.model)
     if entry is None or trace.model not in offered_models() or entry.offline() is not None:
+        return None
+    if (trace.geometry.order is not None) != entry.random_order:
         return None
     try:
         model = get_model(trace.model)
@@ -233,6 +407,6 @@ def server_address(environ: dict[str, str]) -> tuple[str, int]:
     )
     variable = "GRADIO_SERVER_PORT" if environ.get("GRADIO_SERVER_PORT") else "PORT"
     value = environ.get(variable) or "7860"
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise InputError(f"{variable} must be a port number from 1 to 65535, got {value!r}")
+    if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:  # isdigit takes "²" and "٣"
+        raise InputError(f"{variable} must be a port number from 1 to 65535, got {brief(value)}")
     return host, int(value)
