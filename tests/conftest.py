@@ -6,11 +6,27 @@ import torch
 from specviz.models.tiny.adapter import TinyModel
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full-stats",
+        action="store_true",
+        help="statistical tests at their full sample sizes (test_lossless: 20,000 images for each method's main "
+        "configuration); without it they run at the reduced sizes CI uses, which still catch every broken variant",
+    )
+
+
+@pytest.fixture(scope="session")
+def full_stats(request) -> bool:
+    """Whether statistical tests draw their full sample sizes (--full-stats) or CI's reduced ones."""
+    return request.config.getoption("--full-stats")
+
+
 def pytest_configure(config):
     """Share the cores among xdist workers: oversubscribed OpenMP teams make every pass slower. On a
     machine busy with other work, SPECVIZ_THREADS (as the app and the CLI read it) caps the share."""
     from specviz.threads import choose_threads
 
+    config.addinivalue_line("markers", "statistical: a sampling test whose size --full-stats raises")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     share = max(1, (os.cpu_count() or 1) // workers)
     torch.set_num_threads(min(share, choose_threads()) if os.environ.get("SPECVIZ_THREADS") else share)
