@@ -88,3 +88,39 @@ def psnr(original: torch.Tensor, reconstructed: torch.Tensor) -> torch.Tensor:
     """Per-image PSNR in dB of uint8 images (N, H, W, 3)."""
     mse = ((original.float() - reconstructed.float()) ** 2).flatten(1).mean(1)
     return 10 * torch.log10(255.0**2 / mse.clamp(min=1e-10))
+
+
+# The texture quantiser. A real image tokenizer has several codes close to any detailed patch, and which
+# one its encoder picks is beyond a generator's knowledge: that is much of a real model's uncertainty. An
+# image is re-quantised each time it is seen by drawing each patch's code from
+#   p(k | x) = softmax_k(-(||x - c_k||^2 - min_j ||x - c_j||^2) / (tau * (var(x) + VARIANCE_FLOOR)))
+# where var(x) is the patch's pixel variance (summed over RGB): a patch of one colour has a variance of
+# zero and keeps its nearest code all but surely, while a detailed patch spreads over the codes near it.
+# tau = 0 is the nearest code.
+VARIANCE_FLOOR = 5e-4
+
+
+def code_log_probs(patches: torch.Tensor, codebook: torch.Tensor, tau: float) -> torch.Tensor:
+    """(..., p*p*3) patch vectors in [0, 1] -> (..., K) log-probabilities of the texture quantiser."""
+    distance = (patches**2).sum(-1, keepdim=True) - 2 * patches @ codebook.T + (codebook**2).sum(1)
+    distance = distance - distance.min(-1, keepdim=True).values
+    variance = patches.unflatten(-1, (-1, 3)).var(-2).sum(-1, keepdim=True)
+    return torch.log_softmax(-distance / (tau * (variance + VARIANCE_FLOOR)), -1)
+
+
+def sample_codes(patches: torch.Tensor, codebook: torch.Tensor, tau: float, generator: torch.Generator) -> torch.Tensor:
+    """Codes drawn by the texture quantiser (the nearest ones at tau = 0), by inverting the cumulative
+    probabilities at uniforms from the CPU `generator`, so a seed draws the same codes on any device."""
+    if tau == 0:
+        return nearest_code(patches.reshape(-1, patches.shape[-1]), codebook).view(patches.shape[:-1])
+    cumulative = code_log_probs(patches, codebook, tau).exp().cumsum(-1)
+    uniforms = torch.rand(patches.shape[:-1], generator=generator, dtype=cumulative.dtype).to(cumulative.device)
+    picks = torch.searchsorted(cumulative, (uniforms * cumulative[..., -1]).unsqueeze(-1).contiguous())
+    return picks.squeeze(-1).clamp(max=codebook.shape[0] - 1)
+
+
+def quantiser_entropy(patches: torch.Tensor, codebook: torch.Tensor, tau: float) -> torch.Tensor:
+    """(...,) entropy in nats of each patch's code under the texture quantiser: the floor of a model's
+    loss on these patches, whatever it knows."""
+    log_p = code_log_probs(patches, codebook, tau)
+    return -(log_p.exp() * log_p).sum(-1)

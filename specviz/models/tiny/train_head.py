@@ -5,7 +5,8 @@ head.safetensors and head.json next to its weights.
     python -m specviz.models.tiny.train_head --steps 20 --out /tmp/head   # a quick smoke run
 
 As EAGLE trains its head: teacher forcing on the target's features. For every training image (the
-same emoji, augmentations and held-out split as tiny's own training), tiny runs once with the prompt
+same designs, mirrors, held-out split and texture quantiser as tiny's own training, the codes drawn
+afresh per batch at the tau tiny's config.json records), tiny runs once with the prompt
 and once with the null prompt (guidance's two rows); the head reads, for each token x_i, tiny's
 feature f_{i-1} (plus uniform noise of +-`--noise`, so it tolerates its own imperfect predictions when
 it drafts several levels deep) and the embedding of x_i, and learns f_i: a smooth-L1 loss on the
@@ -27,8 +28,17 @@ import torch.nn.functional as F
 
 from specviz.models.draft_head import DraftHead
 from specviz.models.tiny.adapter import ASSETS, TinyModel
-from specviz.models.tiny.data import augmented_images, build_emoji_set, held_out_before, shift_tokens
-from specviz.models.tiny.train import CAPTION_TEMPLATES, caption_vectors, learning_rate, random_shifts
+from specviz.models.tiny.data import shift_tokens
+from specviz.models.tiny.designs import build_design_set
+from specviz.models.tiny.tokenizer import patchify, sample_codes
+from specviz.models.tiny.train import (
+    CAPTION_TEMPLATES,
+    TEXTURE_TAU,
+    caption_vectors,
+    learning_rate,
+    mirrored,
+    random_shifts,
+)
 from specviz.threads import configure_threads
 
 
@@ -83,16 +93,20 @@ def main(argv: list[str] | None = None) -> None:
     net = model.network
     head = DraftHead.sized_for(net.lm.config, net.lm.get_input_embeddings(), net.lm.lm_head).to(device)
 
-    emoji = build_emoji_set(args.cache / "openmoji48-variants.npz")
-    held = torch.from_numpy(held_out_before(emoji) | emoji.held_out)  # never seen by tiny's training runs
-    pictures, source = augmented_images(emoji)
+    designs = build_design_set(args.cache / "designs")
+    held = torch.from_numpy(designs.held_out)
+    pictures, source = mirrored(designs.images, designs.captions)
     source = torch.from_numpy(source)
-    tokens = model.tokenizer.encode(torch.from_numpy(pictures).to(device))
-    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in emoji.captions]
-    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(emoji.images), -1).to(device)
+    patches = patchify(torch.from_numpy(pictures)).to(device)  # uint8: each batch's codes are drawn afresh
+    codebook = model.tokenizer.codebook
+    summary = json.loads((args.weights / "config.json").read_text())
+    tau = summary.get("tokenizer", {}).get("texture_tau", TEXTURE_TAU)
+    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in designs.captions]
+    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(designs.images), -1).to(device)
     white = int(model.tokenizer.encode(torch.full((1, 3, 3, 3), 255, dtype=torch.uint8, device=device))[0, 0])
     train_pictures = (~held[source]).nonzero().squeeze(1)
     held_ids = held.nonzero().squeeze(1)[torch.randperm(int(held.sum()), generator=generator)[:64]]
+    held_tokens = sample_codes(patches[held_ids].float() / 255.0, codebook, tau, torch.Generator().manual_seed(1))
     rows, cols = net.config.rows, net.config.cols
     print(f"head: {sum(p.numel() for p in head.parameters()) / 1e6:.2f}M parameters on {device}", flush=True)
 
@@ -105,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
         dy, dx = random_shifts(args.batch_size, generator)
         emoji_of = source[picture]
         picture, emoji_of, template, dy, dx = (t.to(device) for t in (picture, emoji_of, template, dy, dx))
-        batch_tokens = shift_tokens(tokens[picture], rows, cols, dy, dx, white)
+        codes = sample_codes(patches[picture].float() / 255.0, codebook, tau, generator)
+        batch_tokens = shift_tokens(codes, rows, cols, dy, dx, white)
         with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=autocast):
             features = target_features(model, text[template, emoji_of], batch_tokens)
         for group in optimizer.param_groups:
@@ -122,8 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         if step % args.eval_every == 0 or step == args.steps - 1:
             with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=autocast):
                 head.eval()
-                held_features = target_features(model, text[0, held_ids], tokens[held_ids])
-                held_losses = head_losses(head, held_features, tokens[held_ids].repeat(2, 1), 0.0, None)
+                held_features = target_features(model, text[0, source[held_ids].to(device)], held_tokens)
+                held_losses = head_losses(head, held_features, held_tokens.repeat(2, 1), 0.0, None)
                 head.train()
             record = {
                 "step": step,
@@ -150,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "torch_threads": threads,
             "held_out_images": len(held_ids),
+            "texture_tau": tau,
             "minutes": round((time.time() - started) / 60, 1),
             "history": history,
         },

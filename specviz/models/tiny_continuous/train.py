@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specviz.models.diffusion_head import TRAINING_STEPS, Schedule
-from specviz.models.tiny.data import augmented_images, build_emoji_set
+from specviz.models.tiny.data import augmented_images, build_emoji_set, shift_tokens
 from specviz.models.tiny.train import (
     CAPTION_TEMPLATES,
     CONDITION_DROP,
@@ -32,7 +32,7 @@ from specviz.models.tiny.train import (
     caption_vectors,
     evaluation,
     learning_rate,
-    training_batch,
+    training_draws,
 )
 from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
 from specviz.models.tiny_continuous.projection import PatchProjection
@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> None:
     optimizer = adamw(model, args.lr, args.weight_decay)
     history = []
     for step in range(args.steps):
-        picture, template, drop, batch_tokens = training_batch(
-            train_pictures, tokens, args.batch_size, generator, config, white
-        )
+        draws = training_draws(train_pictures, args.batch_size, generator)
+        picture, template, drop, dy, dx = (t.to(device) for t in draws)
+        batch_tokens = shift_tokens(tokens[picture], config.rows, config.cols, dy, dx, white)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.steps, args.lr)
         loss = model.training_loss(text[template, source[picture]], drop, batch_tokens, schedule)
