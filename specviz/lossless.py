@@ -15,26 +15,26 @@ pooled) and by total-variation distance. Three toys (`TOYS`):
   a real `DynamicCache`, sampled at temperature 0.8, top-p 0.9 and guidance 2: cache cropping, path
   commits and tree masks go through real attention.
 
-Every toy's session is the real `CachedSession` (guidance combination, layout forcing, commit and
-rollback). Greedy decoding has a single outcome: it passes when every sample is that outcome.
+The toys (`specviz.models.toys`) run methods through the real `CachedSession` (guidance combination,
+layout forcing, commit, rollback, cache cropping and path gathers). The reference does not: it takes
+each sequence's raw logits from one uncached full forward per guidance row, and guidance, layout
+forcing, temperature, top-k and top-p are written out once here, in float64, so a bug in the session
+or in `SamplingSettings` shows up as a difference instead of cancelling on both sides. Greedy
+decoding has a single outcome: it passes when every sample is that outcome.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from scipy.stats import chi2
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from specviz.decoding.registry import get_method
-from specviz.lossless_toys import TOY_DESCRIPTIONS
-from specviz.models.draft_head import DraftHead
-from specviz.models.protocol import IMAGE_CELL, Geometry
-from specviz.models.session import CachedSession, PromptRows, image_head, transformers_mask
+from specviz.models.protocol import IMAGE_CELL
 from specviz.models.settings import SamplingSettings
+from specviz.models.toys import TOYS
 
 SIGNIFICANCE = 1e-3
 MIN_EXPECTED = 5.0
@@ -54,175 +54,39 @@ TOY_PARAMETERS = {
 }
 
 
-def rows_with_end_slots(rows: int, cols: int, image_tokens: int) -> Geometry:
-    """A grid whose every row ends with a forced layout token (id `image_tokens`)."""
-    return Geometry(rows, cols, image_tokens + 1, ((IMAGE_CELL,) * cols + (image_tokens,)) * rows)
+def reference_guidance(raw: torch.Tensor, scale: float) -> torch.Tensor:
+    """Classifier-free guidance on (2, V) raw logits: uncond + scale (cond - uncond); a token masked in
+    either row stays masked. Scale 1 is the conditional row alone."""
+    cond, uncond = raw[0].double(), raw[1].double()
+    if scale == 1.0:
+        return cond
+    masked = torch.isinf(cond) | torch.isinf(uncond)
+    return torch.where(masked, float("-inf"), uncond + scale * (cond - uncond))
 
 
-class TokenCache:
-    """Stands in for a KV cache: remembers the tokens of each row; `crop(-n)` drops the last n."""
-
-    def __init__(self, rows: int):
-        self.tokens: list[list[int]] = [[] for _ in range(rows)]
-
-    def crop(self, count: int) -> None:
-        for row in self.tokens:
-            del row[len(row) + count :]
-
-    def gather_path(self, start: int, source: list[int]) -> None:
-        """Keep the tokens at `source` (a tree path) in the slots from `start` on, as a KV cache gathers."""
-        for row in self.tokens:
-            row[start : start + len(source)] = [row[index] for index in source]
-
-
-class ToyModel:
-    """A random 'model': independent logits for every (guidance row, prefix), fixed by a seed."""
-
-    name = "toy"
-    device = torch.device("cpu")
-    reference_generate = None
-
-    def __init__(
-        self,
-        seed: int = 0,
-        sharpness: float = 1.5,
-        geometry: Geometry | None = None,
-        sampling: SamplingSettings | None = None,
-        window: int = 3,
-    ):
-        self.seed, self.sharpness, self.window = seed, sharpness, window
-        self.geometry = geometry or rows_with_end_slots(2, 2, 4)
-        self.default_sampling = sampling or SamplingSettings(temperature=1.0, top_k=3, top_p=1.0, guidance_scale=2.0)
-        self.layout_token = self.geometry.vocab_size - 1
-        self._table: dict[tuple, torch.Tensor] = {}
-        # a 1-D "codebook": image tokens on a line at uneven gaps, so each has near and far neighbours;
-        # the layout token far away
-        image = torch.tensor([0.0, 1.0, 2.5, 4.5, 7.0, 10.0])[: self.layout_token, None]
-        self.token_vectors = torch.cat([image, torch.tensor([[1000.0]])])
-
-    def raw_logits(self, row: int, prefix: tuple[int, ...]) -> torch.Tensor:
-        key = (row, prefix)
-        if key not in self._table:
-            generator = torch.Generator().manual_seed(hash((self.seed, *key)) & 0x7FFFFFFF)
-            logits = torch.randn(self.geometry.vocab_size, generator=generator) * self.sharpness
-            logits[self.layout_token] = float("-inf")  # image positions never emit the layout token
-            self._table[key] = logits
-        return self._table[key]
-
-    def session(self, prompt: str, guidance_scale: float) -> CachedSession:
-        rows = 1 if guidance_scale == 1.0 else 2
-        cache = TokenCache(rows)
-
-        def run(tokens: torch.Tensor, cache: TokenCache, mask: torch.Tensor | None, positions) -> torch.Tensor:
-            """A chain, or a draft tree (mask given): each new token continues the committed tokens and its
-            ancestors among the new ones (the mask's last columns)."""
-            count = tokens.shape[1]
-            out = torch.empty(rows, count, self.geometry.vocab_size)
-            for row in range(rows):
-                committed, new = cache.tokens[row], tokens[row].tolist()
-                for i in range(count):
-                    seen = range(i + 1) if mask is None else mask[row, 0, i, -count:].nonzero().flatten().tolist()
-                    out[row, i] = self.raw_logits(row, (*committed, *(new[j] for j in seen)))
-                committed.extend(new)
-            return out
-
-        prefill = torch.stack([self.raw_logits(row, ()) for row in range(rows)])
-        return CachedSession(
-            self.geometry, cache, PromptRows(0), prefill, run, guidance_scale, token_vectors=self.token_vectors
-        )
-
-
-class LlamaToyModel:
-    """The toy geometry over a real `LlamaForCausalLM` with random weights and a real `DynamicCache`.
-
-    Its vocabulary is the image tokens, the layout token and two prompt tokens: the conditional row's
-    prompt is one token, the unconditional row's the other. Deterministic for a seed.
-    """
-
-    name = "toy-llama"
-    device = torch.device("cpu")
-    reference_generate = None
-    window = 3
-
-    def __init__(self, seed: int = 0, geometry: Geometry | None = None, sampling: SamplingSettings | None = None):
-        self.geometry = geometry or rows_with_end_slots(2, 2, 4)
-        self.default_sampling = sampling or SamplingSettings(temperature=0.8, top_k=None, top_p=0.9, guidance_scale=2.0)
-        vocab = self.geometry.vocab_size
-        config = LlamaConfig(
-            vocab_size=vocab + 2,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            tie_word_embeddings=False,
-            attn_implementation="sdpa",
-        )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.lm = LlamaForCausalLM(config).eval().requires_grad_(False)
-            for parameter in self.lm.parameters():  # far from uniform, so the test has something to find
-                if parameter.dim() == 2:
-                    parameter.normal_(0.0, 0.2)
-        self.prompt_tokens = (vocab, vocab + 1)
-        self.head = image_head(self.lm.lm_head.weight[: vocab - 1], layout_tokens=1)
-        codes = torch.linspace(0.0, 1.0, vocab - 1)[:, None]
-        self.token_vectors = torch.cat([codes, torch.tensor([[1000.0]])])
-        with torch.random.fork_rng(devices=[]):  # an untrained EAGLE head: poor drafts, still exact output
-            torch.manual_seed(seed + 1)
-            self.draft_head = DraftHead.sized_for(self.lm.config, self.lm.model.embed_tokens, self.head).eval()
-
-    @torch.inference_mode()
-    def session(self, prompt: str, guidance_scale: float) -> CachedSession:
-        decoder = self.lm.model
-        rows = self.prompt_tokens[: 1 if guidance_scale == 1.0 else 2]
-        cache = DynamicCache(config=self.lm.config)
-        ids = torch.tensor(rows)[:, None]
-        hidden = decoder(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
-
-        def run(
-            tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            attention = transformers_mask(mask, self.lm.config, self.lm.dtype)
-            out = decoder(
-                input_ids=tokens,
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            return self.head(out.last_hidden_state), out.last_hidden_state
-
-        return CachedSession(
-            self.geometry,
-            cache,
-            PromptRows(1),
-            self.head(hidden[:, -1]),
-            run,
-            guidance_scale,
-            token_vectors=self.token_vectors,
-            draft_head=self.draft_head,
-            prefill_features=hidden[:, -1],
-        )
-
-
-_BUILDERS: dict[str, Callable[[], ToyModel | LlamaToyModel]] = {
-    "short": ToyModel,
-    "long": lambda: ToyModel(
-        sharpness=1.0,
-        geometry=rows_with_end_slots(2, 3, 3),
-        sampling=SamplingSettings(temperature=1.0, top_k=2, top_p=1.0, guidance_scale=2.0),
-        window=4,
-    ),
-    "llama": LlamaToyModel,
-}
-TOYS = {name: _BUILDERS[name] for name in TOY_DESCRIPTIONS}  # the toys the command line offers, each built here
+def reference_probabilities(logits: torch.Tensor, sampling: SamplingSettings) -> torch.Tensor:
+    """(V,) float64 probabilities of one position: greedy, or temperature, then the top-k largest, then
+    the smallest set of most likely tokens whose mass reaches top-p."""
+    order = logits.argsort(descending=True)
+    keep = torch.zeros(len(logits), dtype=torch.bool)
+    if sampling.greedy:
+        keep[order[0]] = True
+        return keep.double()
+    scaled = logits / sampling.temperature
+    ranked = order[: sampling.top_k] if sampling.top_k is not None else order
+    weights = torch.exp(scaled[ranked] - scaled[ranked[0]])
+    mass = weights / weights.sum()
+    kept = 0
+    while kept < len(ranked) and (kept == 0 or mass[:kept].sum() < sampling.top_p):
+        kept += 1
+    keep[ranked[:kept]] = True
+    weights = torch.where(keep, torch.exp(scaled - scaled[order[0]]), 0.0)
+    return weights / weights.sum()
 
 
 def exact_distribution(model, sampling: SamplingSettings) -> dict[tuple[int, ...], float]:
-    """P(sequence) under AR for every sequence the sampling settings allow, by enumeration: one pass of
-    the model's own session over each whole sequence gives every position's distribution."""
+    """P(sequence) under AR for every sequence the sampling settings allow, by enumeration, from the
+    model's uncached raw logits (`reference_raw_logits`), never its session."""
     layout = model.geometry.layout
     cells = [i for i, entry in enumerate(layout) if entry == IMAGE_CELL]
     image_tokens = min(entry for entry in layout if entry != IMAGE_CELL)
@@ -232,10 +96,11 @@ def exact_distribution(model, sampling: SamplingSettings) -> dict[tuple[int, ...
             sequence = list(layout)
             for position, token in zip(cells, image, strict=True):
                 sequence[position] = token
-            session = model.session("", sampling.guidance_scale)
-            logits = torch.cat([session.next_logits[None], session.forward(torch.tensor(sequence[:-1]))])
-            probs = sampling.probabilities(logits)
-            probability = float(probs[torch.arange(len(sequence)), torch.tensor(sequence)].prod())
+            raw = model.reference_raw_logits(sequence)
+            probability = 1.0  # layout slots are forced: their token has probability one
+            for position in cells:
+                guided = reference_guidance(raw[:, position], sampling.guidance_scale)
+                probability *= float(reference_probabilities(guided, sampling)[sequence[position]])
             if probability > 0:
                 exact[tuple(sequence)] = probability
     return exact

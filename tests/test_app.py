@@ -11,6 +11,7 @@ from gradio_client import Client, handle_file
 from PIL import Image
 
 import specviz
+from specviz import viz
 from specviz.decoding import METHODS, run
 from specviz.models.settings import SamplingSettings
 from specviz.ui.controls import PARAMETERS
@@ -239,7 +240,7 @@ def test_tree_method_controls_and_refusals(server):
         _race(client, method="peanut", tree_depth=12)
 
 
-def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(server, eagle2_trace, tmp_path):
+def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(server, tiny, eagle2_trace, tmp_path):
     """A replayed eagle2 run: the iteration view is its tree, the depth map and the shape maps appear,
     the window methods' drafts-changed plot goes; a window run turns them back."""
     path = tmp_path / "eagle2.json"
@@ -249,7 +250,9 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
     tree, image, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
     assert tree["label"] == "Draft tree of this iteration"
     assert "drafts in a tree" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"].replace("<br>", " ")
-    assert image is not None
+    through_3 = show(tiny.decode(viz.tokens_through(eagle2_trace, 3)))  # the image after iteration 3
+    with Image.open(image) as shown:
+        assert np.array_equal(np.asarray(shown.convert("RGB")), np.asarray(through_3.convert("RGB")))
     assert depths["visible"] and shapes["visible"] and not changed["visible"]
     assert "depth in its draft tree" in json.loads(depths["value"]["plot"])["layout"]["title"]["text"].replace(
         "<br>", " "

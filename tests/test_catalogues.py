@@ -30,6 +30,6 @@ def test_the_figures_drawn_are_the_catalogues():
 
 
 def test_the_toys_are_the_catalogues():
-    from specviz.lossless import TOYS
+    from specviz.models.toys import TOYS
 
     assert list(TOYS) == list(TOY_DESCRIPTIONS)

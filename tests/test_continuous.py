@@ -9,13 +9,9 @@ import pytest
 import torch
 
 import specviz.decoding.cspd_exact as cspd_exact
-from specviz.continuous_lossless import (
-    ContinuousToy,
-    check_continuous,
-    energy_test,
-    method_samples,
-)
+from specviz.continuous_lossless import check_continuous, energy_test, method_samples
 from specviz.decoding.runner import run
+from specviz.models.continuous_toy import ContinuousToy
 from specviz.models.diffusion_head import TRAINING_STEPS, DenoiserMLP, DiffusionHead, Schedule, diffusion_loss
 from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import UnsupportedMethod
@@ -205,6 +201,16 @@ def test_one_step_of_cspd_exact_on_the_shipped_pair_matches_the_target():
 
     report = token_check(TinyContinuousModel.load(), "cspd-exact", "red apple", 3, samples=1000)
     assert report.matches and report.acceptance > 0.03, report.summary()
+
+
+def test_a_session_that_keeps_rejected_drafts_in_its_cache_is_caught(monkeypatch):
+    """The toy's sessions read their prefix from a cache, as a KV cache model does: one never cropped
+    conditions on rejected drafts, and its prefix runs past the sequence's end."""
+    from specviz.models.continuous_toy import ToySession
+
+    monkeypatch.setattr(ToySession, "_crop", lambda self, length: None)
+    with pytest.raises(IndexError):
+        method_samples(ContinuousToy(), "cspd-exact", {}, 20, torch.Generator().manual_seed(0))
 
 
 def test_cspd_reports_its_deviation():

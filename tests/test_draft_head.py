@@ -10,7 +10,6 @@ import torch
 
 from specviz.decoding import run
 from specviz.decoding.drafters import Frontier, HeadDrafter
-from specviz.lossless import LlamaToyModel
 from specviz.models.draft_head import DraftHead
 from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import UnsupportedMethod, capabilities
@@ -18,6 +17,7 @@ from specviz.models.tiny.adapter import ASSETS, TinyModel
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny.tokenizer import PatchTokenizer
 from specviz.models.tiny.train_head import head_losses, target_features
+from specviz.models.toys import LlamaToyModel
 
 
 def test_tree_levels_see_the_committed_entries_and_their_own_ancestors_only():

@@ -159,7 +159,6 @@ def test_unreachable_hub_says_what_to_pass(monkeypatch):
 
 def test_registered_after_tiny_and_offline_only_with_local_weights(monkeypatch, tmp_path):
     assert next(iter(MODELS)) == "tiny" and "emu3" in MODELS
-    assert MODELS["emu3"].offline is not None
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     assert "--weights" in MODELS["emu3"].offline()

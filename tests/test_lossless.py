@@ -15,7 +15,11 @@ import pytest
 import torch
 
 from specviz.decoding import run, scd_mc
-from specviz.lossless import SIGNIFICANCE, TOYS, check_lossless
+from specviz.lossless import SIGNIFICANCE, check_lossless, exact_distribution
+from specviz.models.protocol import IMAGE_CELL
+from specviz.models.session import CachedSession
+from specviz.models.settings import SamplingSettings
+from specviz.models.toys import TOYS
 
 pytestmark = pytest.mark.statistical
 # images per test: (full, reduced); a tree pass costs more Python per sample
@@ -192,3 +196,52 @@ def test_lossy_methods_deviate_and_the_deviation_is_reported(method, size):
     report = check_lossless(method, samples=samples, seed=11, params=params)
     print(report.summary())
     assert not report.matches and report.tv_distance > 0.01
+
+
+def _session_distribution(model, sampling):
+    """The distribution as the session and `SamplingSettings` compute it: one cached pass per sequence."""
+    cells = [i for i, entry in enumerate(model.geometry.layout) if entry == IMAGE_CELL]
+    result = {}
+    for sequence in exact_distribution(model, SamplingSettings(**{**sampling.to_dict(), "top_k": None, "top_p": 1.0})):
+        session = model.session("", sampling.guidance_scale)
+        logits = torch.cat([session.next_logits[None], session.forward(torch.tensor(sequence[:-1]))])
+        probs = sampling.probabilities(logits)[cells, torch.tensor(sequence)[cells]]
+        if probs.prod() > 0:
+            result[sequence] = float(probs.double().prod())
+    return result
+
+
+@pytest.mark.parametrize("toy", list(TOYS))
+@pytest.mark.parametrize("guidance", [1.0, 2.0])
+def test_the_written_out_reference_agrees_with_the_session_on_every_toy(toy, guidance):
+    """Two computations of one distribution that share no code past the model's raw logits: the
+    reference (uncached forwards, guidance and sampling written out in float64) and the session's."""
+    model = TOYS[toy]()
+    sampling = SamplingSettings(**{**model.default_sampling.to_dict(), "guidance_scale": guidance})
+    reference, session = exact_distribution(model, sampling), _session_distribution(model, sampling)
+    assert reference.keys() == session.keys() and len(reference) > 10
+    assert max(abs(reference[s] - session[s]) for s in reference) < 1e-6
+    assert abs(sum(reference.values()) - 1.0) < 1e-9
+
+
+def test_a_session_that_combines_guidance_wrongly_is_caught(monkeypatch):
+    """AR through a session that guides with the conditional row alone: both sides shared the session
+    before the reference was written out, and this passed."""
+    original = CachedSession.__init__
+    monkeypatch.setattr(
+        CachedSession,
+        "__init__",
+        lambda self, *args, **kwargs: original(self, *args, **{**kwargs, "combine": lambda raw, scale: raw[0]}),
+    )
+    report = check_lossless("ar", samples=1000, seed=11)
+    print(report.summary())
+    assert not report.matches and report.p_value < 1e-6
+
+
+@pytest.mark.parametrize("toy", ["short", "llama"])
+def test_a_session_that_keeps_rejected_drafts_in_its_cache_is_caught(monkeypatch, toy):
+    """SJD through a cache that never crops: later passes attend to rejected drafts."""
+    monkeypatch.setattr("transformers.DynamicCache.crop", lambda self, count: None)
+    report = check_lossless("sjd", samples=400, seed=11, toy=toy)
+    print(report.summary())
+    assert not report.matches

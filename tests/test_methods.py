@@ -7,9 +7,10 @@ from specviz.decoding import METHODS, run
 from specviz.decoding.gsd import dynamic_groups
 from specviz.decoding.params import INIT_STRATEGIES, WindowParameters
 from specviz.decoding.sampling import gumbel_noise, maximal_coupling, nearest_tokens, residual
-from specviz.lossless import ToyModel, check_lossless
+from specviz.lossless import check_lossless
 from specviz.models.protocol import UnsupportedMethod
 from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.models.toys import ToyModel
 from specviz.trace import Trace
 
 WINDOW_METHODS = [name for name, method in METHODS.items() if issubclass(method.parameters, WindowParameters)]
@@ -27,11 +28,43 @@ def test_every_method_completes_the_image_with_a_valid_trace(tiny, method):
     assert all(len(it.fate) == len(it.uniform) == len(it.tv) == len(it.drafts) for it in windows)
 
 
+def _neighbour(position: int, cols: int, side: str) -> int:
+    """The cell a new draft copies or samples from on a plain grid: its left or upper neighbour, the other
+    one on the first column or row, none at the origin."""
+    row, col = divmod(position, cols)
+    left, above = (position - 1 if col else -1), (position - cols if row else -1)
+    return (left if left >= 0 else above) if side == "left" else (above if above >= 0 else left)
+
+
 @pytest.mark.parametrize("init", INIT_STRATEGIES)
-def test_sjd_initialisations_run_and_reproduce(tiny, init):
+def test_sjd_initialisations_reproduce_and_fill_new_slots_as_named(tiny, init):
+    """Every draft verified for the first time came from where its strategy says: uniform (no source), a
+    copy of the neighbour's token at the time (repeat-*), or a draw from a computed distribution at or
+    before the neighbour (sample-*)."""
     first = run(tiny, "sjd", "sun", seed=5, params={"init": init, "window": 16})
     second = run(tiny, "sjd", "sun", seed=5, params={"init": init, "window": 16})
-    assert first.tokens == second.tokens and first.params["init"] == init
+    assert first.tokens == second.tokens
+    cols, side, checked = tiny.geometry.cols, init.split("-")[-1], 0
+    for it in first.iterations:
+        news = range(len(it.drafts) - len(it.new_init), len(it.drafts))  # offsets from it.start
+        for offset, origin, source in zip(news, it.new_init, it.new_source, strict=True):
+            position = it.start + offset
+            if origin == "refined":
+                continue
+            assert origin == init
+            if init == "random":
+                assert source == -1
+                continue
+            neighbour = _neighbour(position, cols, side)
+            if init.startswith("repeat"):
+                assert source == neighbour
+                if source >= 0:
+                    value = first.tokens[source] if source < it.start else it.drafts[source - it.start]
+                    assert it.drafts[offset] == value
+            else:
+                assert 0 <= source <= neighbour < position
+            checked += source >= 0
+    assert checked > 100 or init == "random"
 
 
 @pytest.mark.parametrize("method", ["jacobi", "sjd", "scd-mc", "scd-gs"])

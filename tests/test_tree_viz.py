@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 import pytest
-from PIL import Image
+from PIL import Image, ImageColor
 
 import specviz
 from specviz import bench as bench_module
@@ -225,6 +225,16 @@ def _messages(fig: go.Figure) -> str:
     return " ".join(annotation.text.replace("<br>", " ") for annotation in fig.layout.annotations)
 
 
+def _assert_frame_draws_the_grid(trace, j: int, dark: bool) -> None:
+    """The frame after iteration j paints every cell of the grid in its state's colour: at scale 8 each
+    cell keeps at least its 5 x 5 interior (inside the gap and an outline)."""
+    pixels = np.asarray(frame(trace, j, None, scale=8, dark=dark).convert("RGB")).reshape(-1, 3)
+    states = grid_state(trace, j).state
+    for state, count in zip(*np.unique(states, return_counts=True), strict=True):
+        painted = (pixels == ImageColor.getrgb(colors(dark)[state])).all(axis=1).sum()
+        assert painted >= 25 * count, (state, painted, count)
+
+
 @pytest.mark.parametrize("dark, large", [(False, False), (True, True)])
 def test_every_view_renders_a_tree_trace_or_says_why_not(eagle2_trace, small, sjd, dark, large):
     style = {"dark": dark, "large": large}
@@ -245,7 +255,7 @@ def test_every_view_renders_a_tree_trace_or_says_why_not(eagle2_trace, small, sj
         assert "not a Jacobi window" in _messages(window_figure(trace, 1, **style))
         assert "no draft is carried" in _messages(changed_figure(trace, **style))
         assert "prefill" in _messages(tree_figure(trace, 0, **style))
-        assert frame(trace, 1, None, scale=8, dark=dark).size[0] > 0
+        _assert_frame_draws_the_grid(trace, 1, dark)
     for fig in (tree_figure(sjd, 3), depth_map_figure(sjd), tree_shape_figure(sjd), tau_figure(sjd)):
         assert "this view is for tree methods" in _messages(fig)
     assert legend_states(set(), trees=True) == ["committed", "pending", "accepted", "rejected"]

@@ -210,10 +210,7 @@ class CachedSession:
         start = self._prompt.width + self.position
         source = torch.tensor(path, device=self._device) + start
         if not isinstance(self._cache, DynamicCache):
-            if not callable(getattr(self._cache, "gather_path", None)):
-                raise TypeError(f"cannot keep a tree path in a {type(self._cache).__name__}; use a DynamicCache")
-            self._cache.gather_path(start, source.tolist())  # a test double that stores tokens, not tensors
-            return
+            raise TypeError(f"cannot keep a tree path in a {type(self._cache).__name__}; use a DynamicCache")
         with torch.inference_mode():
             for layer in self._cache.layers:
                 layer.keys[..., start : start + len(path), :] = layer.keys[..., source, :]
