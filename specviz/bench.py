@@ -16,9 +16,10 @@ from functools import partial
 import torch
 
 from specviz.decoding import get_method, run
+from specviz.metrics import STALL_PASSES, has_trees, per_tree, stalls, verifies_drafts
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
-from specviz.viz.analysis import STALL_PASSES, has_trees, per_tree, ratio_text, stalls, verifies_drafts
+from specviz.viz.narration import ratio_text
 
 
 @dataclass

@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from specviz.decoding.runner import run
+from specviz.metrics import draft_acceptance
 from specviz.models.continuous import ContinuousPair
 from specviz.models.settings import SamplingSettings
 from specviz.trace import Trace
-from specviz.viz.analysis import ratio_text
+from specviz.viz.narration import ratio_text
 
 
 @dataclass
@@ -83,8 +84,8 @@ class SweepReport:
 
 
 def _alpha(traces: list[Trace]) -> float:
-    fates = [f for t in traces for it in t.iterations for f in it.continuous.fate if f != "discarded"]
-    return fates.count("accepted") / len(fates) if fates else float("nan")
+    alpha = draft_acceptance([it for trace in traces for it in trace.iterations])
+    return float("nan") if alpha is None else alpha
 
 
 def predicted_speedup(alpha: float, gamma: int, cost: float) -> float:

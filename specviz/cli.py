@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specviz.decoding.catalogue import CATALOGUE, UnknownMethod, method_info
+from specviz.decoding.catalogue import CATALOGUE, method_info
 from specviz.decoding.params import all_fields
+from specviz.errors import REQUEST_ERRORS
 from specviz.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN
 from specviz.inputs import (
-    InputError,
     brief,
     check_device,
     check_output_file,
@@ -33,11 +33,11 @@ from specviz.inputs import (
     shown_path,
 )
 from specviz.lossless_toys import TOY_DESCRIPTIONS
-from specviz.models.errors import ModelUnavailable, UnknownModel, UnsupportedMethod
+from specviz.models.errors import ModelUnavailable
 from specviz.models.imagenet import EXAMPLE_CLASSES
 from specviz.models.registry import MODELS, get_entry, load_model
-from specviz.models.settings import SamplingSettings, SettingsError
-from specviz.threads import ThreadSettingError, choose_threads, configure_threads
+from specviz.models.settings import SamplingSettings
+from specviz.threads import choose_threads, configure_threads
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -203,8 +203,8 @@ def command_run(args: argparse.Namespace) -> int:
     _check_run_inputs(args, [args.method])  # the device last: checking it imports torch
 
     from specviz.decoding import run
+    from specviz.metrics import draft_acceptance, has_trees, per_tree
     from specviz.models.protocol import decode_in_order
-    from specviz.viz.analysis import has_trees, per_tree
     from specviz.viz.publication import write_figure
 
     model = _load(args)
@@ -222,8 +222,8 @@ def command_run(args: argparse.Namespace) -> int:
     lossy = "" if trace.lossless else " (lossy)"
     tau = f" tau={per_tree(trace)['tau'].mean():.2f}" if has_trees(trace) else ""
     if trace.continuous:
-        tested = [f for it in trace.iterations for f in it.continuous.fate if f != "discarded"]
-        alpha = f" alpha={tested.count('accepted') / len(tested):.2f}" if tested else ""
+        rate = draft_acceptance(trace.iterations)
+        alpha = "" if rate is None else f" alpha={rate:.2f}"
         tau += f" draft_nfe={trace.draft_nfe}{alpha}"
     print(
         f"model={trace.model} method={trace.method}{lossy} nfe={trace.nfe} tokens={len(trace.tokens)}{tau} "
@@ -243,7 +243,8 @@ def command_race(args: argparse.Namespace) -> int:
     prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
 
     from specviz.decoding.race import Race, time_again, with_timing
-    from specviz.viz.analysis import ratio_text, spread_text, summary, timed_speedup
+    from specviz.metrics import summary, timed_speedup
+    from specviz.viz.narration import ratio_text, spread_text
 
     model = _load(args)
     race = Race(model, args.method, prompt, seed, _sampling(args, model.default_sampling), params)
@@ -667,15 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         choose_threads()  # a bad SPECVIZ_THREADS is refused before any work; commands apply it when torch starts
         return args.handler(args)
-    except (
-        UsageError,
-        InputError,
-        ThreadSettingError,
-        SettingsError,
-        UnknownModel,
-        UnknownMethod,
-        UnsupportedMethod,
-    ) as error:
+    except (UsageError, *REQUEST_ERRORS) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except ModelUnavailable as error:

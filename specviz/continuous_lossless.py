@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from specviz.decoding.registry import get_method
+from specviz.metrics import draft_acceptance
 from specviz.models.continuous import ContinuousPair, sample_noise
 from specviz.models.continuous_toy import ContinuousToy
 
@@ -120,15 +121,13 @@ def measured_acceptance(toy: ContinuousToy, method: str, params: dict, generator
     """Accepted share of the tested drafts over 200 runs (nan for a method without drafts)."""
     spec = get_method(method)
     iterate, resolved = spec.runs_on(toy), spec.resolve(params)
-    accepted = tested = 0
+    iterations = []
     with torch.inference_mode():
         for _ in range(200):
             session = toy.session("", toy.default_sampling.guidance_scale)
-            for iteration, _ in iterate(session, toy.default_sampling, generator, resolved):
-                fates = iteration.continuous.fate
-                accepted += fates.count("accepted")
-                tested += fates.count("accepted") + fates.count("rejected")
-    return accepted / tested if tested else float("nan")
+            iterations += [iteration for iteration, _ in iterate(session, toy.default_sampling, generator, resolved)]
+    alpha = draft_acceptance(iterations)
+    return float("nan") if alpha is None else alpha
 
 
 def token_check(

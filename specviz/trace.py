@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specviz.decoding.catalogue import CATALOGUE
+from specviz.errors import TraceError
 from specviz.inputs import brief
 
 TRACE_VERSION = 2
@@ -63,10 +64,6 @@ def _registry_name(name: str) -> str:
 
 
 RegistryName = Annotated[str, AfterValidator(_registry_name)]
-
-
-class TraceError(ValueError):
-    """A trace file that cannot be used; the message says why."""
 
 
 class _Strict(BaseModel):

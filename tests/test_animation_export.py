@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageColor
 
+from specviz.metrics import tokens_through
 from specviz.trace import Trace
-from specviz.viz import Panel, iteration_after, slide_frame, slide_title, tokens_through, write_animation
+from specviz.viz import Panel, iteration_after, slide_frame, slide_title, write_animation
 from specviz.viz import frames as frames_module
 from specviz.viz.frames import (
     HOLD_LAST_SECONDS,

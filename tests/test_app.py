@@ -11,7 +11,7 @@ from gradio_client import Client, handle_file
 from PIL import Image
 
 import specviz
-from specviz import viz
+from specviz import metrics, viz
 from specviz.decoding import METHODS, run
 from specviz.models.settings import SamplingSettings
 from specviz.ui.controls import PARAMETERS
@@ -250,7 +250,7 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
     tree, image, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
     assert tree["label"] == "Draft tree of this iteration"
     assert "drafts in a tree" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"].replace("<br>", " ")
-    through_3 = show(tiny.decode(viz.tokens_through(eagle2_trace, 3)))  # the image after iteration 3
+    through_3 = show(tiny.decode(metrics.tokens_through(eagle2_trace, 3)))  # the image after iteration 3
     with Image.open(image) as shown:
         assert np.array_equal(np.asarray(shown.convert("RGB")), np.asarray(through_3.convert("RGB")))
     assert depths["visible"] and shapes["visible"] and not changed["visible"]
@@ -280,7 +280,6 @@ def _figure(shown: dict) -> dict:
 def test_a_slowdown_reads_as_one():
     """A method slower than AR is written '1.19x slower' in the race summary, its figure and Compare's
     table, never as a '0.84x' speedup."""
-    from specviz import viz
     from specviz.trace import Trace
     from specviz.ui.compare import compare_rows
     from specviz.ui.race import race_summary

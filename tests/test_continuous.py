@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import specviz.decoding.cspd_exact as cspd_exact
+from specviz import metrics
 from specviz.continuous_lossless import check_continuous, energy_test, method_samples
 from specviz.decoding.runner import run
 from specviz.models.continuous_toy import ContinuousToy
@@ -130,12 +131,12 @@ def test_the_draft_alone_is_reported_as_the_draft_not_as_a_speedup(pair):
     from specviz.ui.race import passes, race_summary
 
     alone, ar = run(pair, "ar-draft", "red apple", 0), run(pair, "ar", "red apple", 0)
-    assert viz.draft_alone(alone) and not viz.draft_alone(ar)
+    assert metrics.draft_alone(alone) and not metrics.draft_alone(ar)
     live = RunStream(pair, "ar-draft", "red apple", 0)
     while live.step() is not None:
         pass
     assert passes(live) == 16  # the race's live counter and bars
-    facts = viz.summary(alone, ar)
+    facts = metrics.summary(alone, ar)
     assert facts["nfe"] == alone.draft_nfe == 16 and facts["step_compression"] == 1.0
     assert set(viz.token_sources(alone)) == {"unverified"}
     text = race_summary(alone, ar)
@@ -226,7 +227,7 @@ def test_the_app_shows_a_continuous_run_with_its_own_views(pair):
     assert controls.methods_for("tiny-continuous") == ["ar-draft", "cspd", "cspd-exact"]
     assert "cspd" not in controls.methods_for("tiny") and "sjd" in controls.methods_for("tiny")
     trace = run(pair, "cspd", "red apple", 0, params={"gamma": 3})
-    j = viz.opening_iteration(trace)
+    j = metrics.opening_iteration(trace)
     assert trace.iterations[j].continuous.fate  # opens on a pass with drafts, not on a pre-filled token
     bars, _, paths = inspection.iteration_views({"trace": trace}, j, False, False)
     assert bars["label"] == inspection.CONTINUOUS_LABELS["iteration"] and paths["visible"]

@@ -12,8 +12,8 @@ from PIL import Image
 
 import specviz
 from specviz.cli import main
+from specviz.metrics import acceptance_maps, fates, grid_state, tokens_through
 from specviz.trace import Trace
-from specviz.viz.analysis import acceptance_maps, fates, grid_state, tokens_through
 from specviz.viz.palette import STATES, colors
 from specviz.viz.publication import (
     FIGURES,

@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from specviz.cli import main
 from specviz.decoding.runner import run
 from specviz.inputs import InputError
+from specviz.metrics import cell_of_position
 from specviz.models.errors import ModelUnavailable
 from specviz.models.imagenet import class_label, parse_class
 from specviz.models.mar.adapter import MarPair, read_network, read_vae
@@ -24,7 +25,6 @@ from specviz.models.protocol import UnsupportedMethod, decode_in_order
 from specviz.models.registry import load_model
 from specviz.models.settings import SamplingSettings
 from specviz.trace import Trace
-from specviz.viz.analysis import cell_of_position
 
 SMALL = MarConfig(
     width=32, depth=1, heads=2, head_width=32, head_blocks=1, grid=4, token_dim=4, buffer_size=2, num_classes=10,

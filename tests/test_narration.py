@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from specviz.decoding import run
+from specviz.metrics import stalls
 from specviz.ui.inspection import describe_iteration, next_of_kind, step_by
-from specviz.viz import GLOSSARY, iteration_sentence, jump, stalls
+from specviz.viz import GLOSSARY, iteration_sentence, jump
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,9 @@ import specviz.decoding.race as race
 from specviz.cli import main
 from specviz.decoding import run
 from specviz.inputs import InputError
+from specviz.metrics import Speedup, timed_speedup
 from specviz.trace import Trace, TraceError
-from specviz.viz.analysis import Speedup, spread_text, timed_speedup
+from specviz.viz.narration import spread_text
 
 
 def test_a_race_draws_exactly_the_two_runs_it_races(tiny):

@@ -25,26 +25,28 @@ from specviz import bench as bench_module
 from specviz.bench import bench
 from specviz.cli import main
 from specviz.decoding import run
+from specviz.metrics import (
+    acceptance_maps,
+    cell_of_position,
+    depth_map,
+    grid_state,
+    per_tree,
+    stalls,
+    tree_layout,
+    tree_shape_maps,
+)
 from specviz.trace import DraftTree, Iteration, Trace, TraceGeometry, TraceSampling
 from specviz.viz import (
     acceptance_map_figure,
-    acceptance_maps,
     accepted_length_figure,
-    cell_of_position,
     changed_figure,
     colors,
-    depth_map,
     depth_map_figure,
     frame,
-    grid_state,
-    per_tree,
     race_figure,
-    stalls,
     tau_figure,
     tree_figure,
-    tree_layout,
     tree_shape_figure,
-    tree_shape_maps,
     window_figure,
 )
 from specviz.viz.figures import window_title
@@ -324,6 +326,6 @@ def test_the_race_map_grows_with_the_run_and_matches_inspects_maps(sjd, peanut_t
     assert painted.sum() == committed and not (full == pending).all(axis=-1).any()
     assert (early[painted] == full[painted]).all()  # what was painted keeps its colour
     title, tree_map = progress_map(peanut_trace)
-    drawn = np.isclose(specviz.viz.depth_map(peanut_trace), 0)
+    drawn = np.isclose(specviz.metrics.depth_map(peanut_trace), 0)
     grey = np.array(Image.new("RGB", (1, 1), colors()["committed"]))[0, 0]
     assert title.startswith("depth at which") and (np.asarray(tree_map)[drawn] == grey).all()

@@ -24,30 +24,32 @@ import pytest
 from PIL import Image
 
 from specviz.decoding import run
+from specviz.metrics import (
+    acceptance_maps,
+    committed_before,
+    fates,
+    grid_state,
+    per_iteration,
+    stalls,
+    summary,
+    tokens_through,
+    window_size,
+)
 from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
 from specviz.viz import (
     STATES,
     acceptance_map_figure,
-    acceptance_maps,
     accepted_length_figure,
     animation,
     changed_figure,
     colors,
-    committed_before,
     comparison_figure,
-    fates,
     frame,
-    grid_state,
-    per_iteration,
     race_figure,
     save_gif,
     save_mp4,
-    stalls,
-    summary,
     theme,
-    tokens_through,
     window_figure,
-    window_size,
 )
 from specviz.viz.figures import OFFSET_TITLE, RATIO_TITLE, TITLE_CHARS
 from specviz.viz.palette import LABELS, NOW_LABEL, OPTIONAL_STATES, legend_states
@@ -475,8 +477,8 @@ def test_rejected_draft_is_marked_however_small_its_ratio(sjd):
 def test_the_race_overlay_draws_each_draft_in_its_fate_colour_and_nothing_for_ar():
     from pathlib import Path
 
+    from specviz.metrics import grid_state
     from specviz.viz import pass_overlay
-    from specviz.viz.analysis import grid_state
     from specviz.viz.palette import colors
 
     examples = Path(__file__).resolve().parents[1] / "specviz" / "data" / "examples"
@@ -498,8 +500,8 @@ def test_the_race_overlay_draws_each_draft_in_its_fate_colour_and_nothing_for_ar
 def test_the_race_overlay_shows_the_windows_guesses_as_faded_pixels_of_their_drafts():
     from pathlib import Path
 
-    from specviz.viz import drafted_tokens, pass_overlay
-    from specviz.viz.analysis import grid_state
+    from specviz.metrics import drafted_tokens, grid_state
+    from specviz.viz import pass_overlay
     from specviz.viz.frames import GHOST_STRENGTH
 
     examples = Path(__file__).resolve().parents[1] / "specviz" / "data" / "examples"

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 import torch
 from transformers import DynamicCache
 
+from specviz.decoding.params import DRAFTERS as DRAFTER_NAMES
 from specviz.models.protocol import Session, UnsupportedMethod, capabilities
 from specviz.models.session import combine_guidance
 
@@ -245,7 +246,8 @@ class DrafterClass(Protocol):
 
 CAPABILITY_WORDS = {"draft_head": "draft_head (a trained EAGLE head: head.safetensors beside the weights)"}
 
-DRAFTERS: dict[str, DrafterClass] = {"training-free": TrainingFreeDrafter, "head": HeadDrafter}
+# keyed by the names the parameters offer (`params.DRAFTERS`, light for the command line), in their order
+DRAFTERS: dict[str, DrafterClass] = dict(zip(DRAFTER_NAMES, (TrainingFreeDrafter, HeadDrafter), strict=True))
 
 
 def check_needs(session: Session, name: str) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from specviz import viz
+from specviz import metrics, viz
 from specviz.decoding import run
 from specviz.decoding.cost import SIZES, PassCost, cost_sentence, pass_costs
 from specviz.decoding.race import TIMING_BUDGET, needs_retiming, time_again, timings_wanted, with_timing
@@ -29,8 +29,8 @@ def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]
     table = [["ar", params_text(ar.params), "yes", ar.nfe, same, round(ar.seconds, 3), same]]
     rows = []
     for trace in traces:
-        facts = viz.summary(trace, ar)
-        spread = viz.timed_speedup(trace, ar)
+        facts = metrics.summary(trace, ar)
+        spread = metrics.timed_speedup(trace, ar)
         latency = viz.ratio_text(facts["latency_speedup"])
         row = {"method": trace.method, "lossless": trace.lossless, **facts}
         if spread is not None:
@@ -180,7 +180,7 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
     def measure_costs(model_name: str, text: str, state: dict, big: bool, night: bool):
         """Time passes of 1 to 33 tokens on the chosen model and say what that does to a speedup."""
         costs = measured_costs(model_name, check_prompt(text))
-        compression = viz.summary(state["trace"])["step_compression"] if state else None  # the last run's
+        compression = metrics.summary(state["trace"])["step_compression"] if state else None  # the last run's
         return cost_sentence(costs, compression), viz.pass_cost_figure(costs, dark=night, large=big)
 
     tab.cost_button.click(

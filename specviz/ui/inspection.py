@@ -11,7 +11,7 @@ import gradio as gr
 import plotly.graph_objects as go
 from gradio.events import Dependency
 
-from specviz import viz
+from specviz import metrics, viz
 from specviz.decoding import run
 from specviz.decoding.params import SpeculativeParameters
 from specviz.models.settings import SamplingSettings, SettingsError
@@ -74,15 +74,15 @@ READING_GUIDE = """
 
 def opened_at(trace: Trace) -> dict:
     """The iteration slider for a new run: its range, at the iteration Inspect opens on
-    (`viz.opening_iteration`)."""
-    return gr.update(maximum=max(1, len(trace.iterations) - 1), value=viz.opening_iteration(trace))
+    (`metrics.opening_iteration`)."""
+    return gr.update(maximum=max(1, len(trace.iterations) - 1), value=metrics.opening_iteration(trace))
 
 
 def neighbour_instructive(runs: dict, j: float, forward: bool) -> int | dict:
     """The next (or previous) iteration after (before) j that accepted a draft; j itself where none is."""
     if not runs:
         return gr.update()
-    found = viz.instructive_iterations(runs["trace"])
+    found = metrics.instructive_iterations(runs["trace"])
     later = [k for k in found if k > j] if forward else [k for k in reversed(found) if k < j]
     return later[0] if later else int(j)
 
@@ -121,10 +121,10 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool) -> tuple:
     trace: Trace = runs["trace"]
     j = max(0, min(int(j), len(trace.iterations) - 1))
     decoder = decoder_for(trace)
-    tokens = viz.tokens_through(trace, j)
+    tokens = metrics.tokens_through(trace, j)
     caption = f"{trace.method}: {len(tokens)} tokens after iteration {j}"
     image = picture(decoder, tokens, caption, trace.geometry.order) if decoder else None
-    trees = viz.has_trees(trace)
+    trees = metrics.has_trees(trace)
     if trace.continuous:
         view = viz.ratio_bars_figure(trace, j, dark=dark, large=large)
         paths = gr.update(
@@ -161,7 +161,7 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
             versus,
             gr.update(value=None, visible=False),
         )
-    trees = viz.has_trees(trace)
+    trees = metrics.has_trees(trace)
     length = (viz.tau_figure if trees else viz.accepted_length_figure)(trace, dark=dark, large=large)
     changed = None if trees else viz.changed_figure(trace, dark=dark, large=large)
     shapes = viz.tree_shape_figure(trace, dark=dark, large=large) if trees else None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from specviz import viz
+from specviz import metrics, viz
 from specviz.decoding import RunStream
 from specviz.decoding.race import TIMING_BUDGET, Race, needs_retiming, time_again, timings_wanted, with_timing
 from specviz.models.protocol import decode_in_order
@@ -45,7 +45,7 @@ def counter(method: str, nfe: int, tokens: int, total: int, seconds: float) -> s
 
 def passes(stream: RunStream) -> int:
     """The passes so far of the model that draws the stream's tokens (the draft's for a draft alone)."""
-    if stream.continuous and viz.only_the_draft_drew(stream.iterations):
+    if stream.continuous and metrics.only_the_draft_drew(stream.iterations):
         return stream.session.draft.nfe
     return stream.session.nfe
 
@@ -56,7 +56,7 @@ def live_counter(stream: RunStream) -> str:
 
 
 def final_counter(trace: Trace) -> str:
-    nfe = viz.summary(trace)["nfe"]
+    nfe = metrics.summary(trace)["nfe"]
     return counter(trace.method, nfe, len(trace.tokens), len(trace.geometry.layout), trace.seconds)
 
 
@@ -65,7 +65,7 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
     both runs were timed again), then passes, seconds and how they were timed. `drawing_shared`: the
     clocks are the race's own on a device where drawing competed with the model; `timing`: the undisturbed
     repeats planned, while they still run (the summary then starts with RETIMING, which Stop reads)."""
-    facts = viz.summary(trace, ar)
+    facts = metrics.summary(trace, ar)
     if not trace.lossless:
         lossless = "**lossy**: its images follow a distribution that differs from AR's"
     elif trace.tokens == ar.tokens:  # greedy decoding, or the same draws by chance
@@ -75,7 +75,7 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
             "lossless: it samples exactly AR's distribution, though not the same image, as the two spend their "
             "random numbers differently"
         )
-    spread = viz.timed_speedup(trace, ar)
+    spread = metrics.timed_speedup(trace, ar)
     if spread is not None:
         how = (
             f"seconds: the median of {spread.repeats} runs of each with nothing drawing, AR and "
@@ -85,16 +85,16 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
         how = "seconds: the race's own clocks, which also paid for drawing it"
     else:
         how = "each side's clock counts only its own compute (the two runs are interleaved on one device)"
-    tau = f", mean tau {viz.per_tree(trace)['tau'].mean():.2f} per tree" if viz.has_trees(trace) else ""
+    tau = f", mean tau {metrics.per_tree(trace)['tau'].mean():.2f} per tree" if metrics.has_trees(trace) else ""
     if trace.continuous:
-        tested = [f for it in trace.iterations for f in it.continuous.fate if f != "discarded"]
-        rate = f", {tested.count('accepted') / len(tested):.0%} of drafts accepted" if tested else ""
+        alpha = metrics.draft_acceptance(trace.iterations)
+        rate = "" if alpha is None else f", {alpha:.0%} of drafts accepted"
         tau = f" of the target and {trace.draft_nfe - 1} of the draft{rate}"
     headline = (
         f"### {trace.method}: {viz.ratio_text(facts['step_compression'])} step compression, "
         f"{viz.latency_text(facts['latency_speedup'])}" + (f" ({viz.spread_text(spread)})" if spread else "")
     )
-    if viz.draft_alone(trace):  # another model, not a decoding of the target: its time is CSpD's cost ratio
+    if metrics.draft_alone(trace):  # another model, not a decoding of the target: its time is CSpD's cost ratio
         c = facts["cost_ratio"]
         headline = f"### {trace.method}: the draft model alone, {c:.2f}x the target's AR time (CSpD's cost ratio c)"
         lossless = "**lossy**: the draft's own images, never verified by the target"
@@ -259,7 +259,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
                 return {image: picture_now, count: live_counter(stream)}
             live = stream.trace()  # the last pass's drafts on the picture, and the map so far beside the bars
             newest = len(stream.iterations) - 1
-            guessed = viz.drafted_tokens(live, newest)  # the window's guesses, drawn faded on their cells
+            guessed = metrics.drafted_tokens(live, newest)  # the window's guesses, drawn faded on their cells
             drafted = None if guessed is None else show(on_compute_thread(decode_in_order, chosen, guessed, None))
             picture_now = viz.pass_overlay(picture_now, live, newest, dark=False, drafted=drafted)
             picture_now.info["Description"] = description
@@ -274,7 +274,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             return {"progress": shown_map, "progress_title": f"{run.method}: {title}"}
 
         def bars(*done: Trace) -> str:
-            return race_bars([(t.method, viz.summary(t)["nfe"], t.seconds) for t in done], total)
+            return race_bars([(t.method, metrics.summary(t)["nfe"], t.seconds) for t in done], total)
 
         def live_bars() -> str:
             streams = (contest.contender, contest.baseline)

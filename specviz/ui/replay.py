@@ -10,7 +10,7 @@ from pathlib import Path
 import gradio as gr
 from PIL import Image
 
-from specviz import viz
+from specviz import metrics, viz
 from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.models.settings import SettingsError
 from specviz.trace import Trace, TraceError
@@ -141,11 +141,11 @@ def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slide
         decoder = decoder_for(trace)
 
         def image_at(k: int) -> Image.Image | None:
-            tokens = viz.tokens_through(trace, k)
+            tokens = metrics.tokens_through(trace, k)
             return on_compute_thread(decode_in_order, decoder, tokens, trace.geometry.order) if decoder else None
 
         def ar_image_at(k: int) -> Image.Image | None:
-            tokens = viz.tokens_through(ar, k)
+            tokens = metrics.tokens_through(ar, k)
             return on_compute_thread(decode_in_order, decoder, tokens, ar.geometry.order) if decoder else None
 
         def animate(paths: list[Path]) -> list[Path]:

@@ -22,14 +22,12 @@ import gradio as gr
 import torch
 from PIL import Image
 
-from specviz.decoding import UnknownMethod
+from specviz.errors import USER_ERRORS
 from specviz.inputs import InputError, brief
 from specviz.models.errors import ModelUnavailable, UnknownModel
-from specviz.models.protocol import ImageModel, UnsupportedMethod, decode_in_order
+from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.models.registry import MODELS, load_model
-from specviz.models.settings import SettingsError
-from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError
-from specviz.viz.frames import ExportError
+from specviz.trace import MAX_TRACE_BYTES, Trace
 
 log = logging.getLogger("specviz.ui")
 
@@ -42,16 +40,6 @@ MODELS_ENV_VAR = "SPECVIZ_MODELS"
 # They run on the CPU everywhere: at batch 1 a GPU pass of a model this small is bound by kernel launches, and
 # on ZeroGPU a GPU slot would cost each visitor's daily quota for nothing.
 EMBEDDED_MODELS = ("tiny", "tiny-continuous")
-USER_ERRORS = (
-    InputError,
-    ExportError,
-    SettingsError,
-    UnknownMethod,
-    UnknownModel,
-    UnsupportedMethod,
-    ModelUnavailable,
-    TraceError,
-)
 
 try:  # ZeroGPU (Hugging Face Spaces): a GPU exists only inside functions decorated with spaces.GPU
     import spaces

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from specviz.metrics import draft_acceptance, iteration_at, on_grid
 from specviz.trace import Trace
-from specviz.viz.analysis import _check_index, _on_grid
 from specviz.viz.figures import _finish, message_figure
 from specviz.viz.palette import OKABE_ITO, colors
 
@@ -66,7 +66,7 @@ def token_source_figure(trace: Trace, j: int | None = None, dark: bool = False, 
         return _not_continuous(trace, title, dark, large)
     sources = token_sources(trace, j)
     keys = list(SOURCES)
-    grid = _on_grid(trace, np.array([keys.index(s) for s in sources], dtype=float), np.nan)
+    grid = on_grid(trace, np.array([keys.index(s) for s in sources], dtype=float), np.nan)
     scale = []
     for k, key in enumerate(keys):
         colour = _colour(SOURCES[key][1], dark)
@@ -74,7 +74,7 @@ def token_source_figure(trace: Trace, j: int | None = None, dark: bool = False, 
     labels = np.vectorize(lambda k: SOURCES[keys[int(k)]][0], otypes=[object])(grid)
     # a random-order model (MAR): each cell carries its place in the generation order
     ordered = trace.geometry.order is not None
-    steps = _on_grid(trace, np.arange(len(sources)), -1) if ordered else None
+    steps = on_grid(trace, np.arange(len(sources)), -1) if ordered else None
     fig = go.Figure(
         go.Heatmap(
             z=grid,
@@ -108,8 +108,8 @@ def token_source_figure(trace: Trace, j: int | None = None, dark: bool = False, 
         showgrid=False, zeroline=False, range=[g.rows - 0.5, -0.5], scaleanchor="x", constrain="domain", title="row"
     )
     fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0.5, "xanchor": "center"})
-    drafted = [f for it in trace.iterations for f in it.continuous.fate if f != "discarded"]
-    rate = f", {drafted.count('accepted') / len(drafted):.0%} of tested drafts accepted" if drafted else ""
+    alpha = draft_acceptance(trace.iterations)
+    rate = "" if alpha is None else f", {alpha:.0%} of tested drafts accepted"
     order = " (numbers: the generation order)" if ordered else ""
     return _finish(fig, f"{trace.method}: {title}{rate}{order}", 620, dark, large)
 
@@ -120,7 +120,7 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
     if not trace.continuous:
         return _not_continuous(trace, "drafts and acceptance ratios", dark, large)
     it = trace.iterations[j]
-    _check_index(trace, j)
+    iteration_at(trace, j)
     step = it.continuous
     head = f"iteration {j}/{len(trace.iterations) - 1}"
     if not step.fate:
@@ -183,7 +183,7 @@ def trajectory_figure(
     title = "denoising trajectories"
     if not trace.continuous:
         return _not_continuous(trace, title, dark, large)
-    _check_index(trace, j)
+    iteration_at(trace, j)
     it = trace.iterations[j]
     step = it.continuous
     if not step.fate:

@@ -11,20 +11,19 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz.trace import Trace
-from specviz.viz.analysis import (
+from specviz.metrics import (
     MAP_KINDS,
     acceptance_maps,
     draft_alone,
     fates,
     grid_state,
     has_trees,
-    latency_text,
     per_iteration,
-    ratio_text,
     summary,
     window_size,
 )
+from specviz.trace import Trace
+from specviz.viz.narration import latency_text, ratio_text
 from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
 # characters per title line (normal, large type): plotly does not wrap titles, so they are wrapped for the

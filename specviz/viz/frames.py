@@ -23,8 +23,10 @@ import imageio.v3 as iio
 import numpy as np
 from PIL import GifImagePlugin, Image, ImageColor, ImageDraw, ImageFont
 
+from specviz.errors import ExportError
+from specviz.metrics import GridState, grid_state, has_trees, summary, verifies_drafts
 from specviz.trace import Trace
-from specviz.viz.analysis import GridState, grid_state, has_trees, ratio_text, summary, verifies_drafts
+from specviz.viz.narration import ratio_text
 from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, colors, legend_states
 
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
@@ -198,10 +200,6 @@ def animation(trace: Trace, images: list[Image.Image | None], scale: int = 16, d
     if len(images) != len(trace.iterations):
         raise ValueError(f"{len(images)} images for {len(trace.iterations)} iterations; give one per iteration")
     return [frame(trace, j, image, scale, dark) for j, image in enumerate(images)]
-
-
-class ExportError(ValueError):
-    """An animation that cannot be drawn within the export bounds; the message says why."""
 
 
 def export_iterations(count: int, limit: int = MAX_FRAMES) -> list[int]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
+from specviz.metrics import STALL_PASSES, Speedup, fates, iteration_at, stalls, verifies_drafts
 from specviz.trace import Iteration, Trace
-from specviz.viz.analysis import STALL_PASSES, _check_index, fates, stalls, verifies_drafts
 
 JUMPS = ("rejection", "long", "stall")  # what `jump` can look for
 
@@ -108,7 +108,7 @@ def _continuous_sentence(it: Iteration) -> str:
 
 def iteration_sentence(trace: Trace, j: int) -> str:
     """One plain sentence on what iteration j did."""
-    _check_index(trace, j)
+    iteration_at(trace, j)
     it = trace.iterations[j]
     where = f"Iteration {j} (from token {it.start}): "
     if it.continuous is not None:
@@ -144,3 +144,32 @@ def jump(trace: Trace, j: int, kind: str, forward: bool = True) -> int:
         found = [k for k, it in enumerate(its) if verifies_drafts(it) and it.accepted >= threshold]
     later = [k for k in found if k > j] if forward else [k for k in reversed(found) if k < j]
     return later[0] if later else int(j)
+
+
+def ratio_text(value: float) -> str:
+    """A ratio against AR as people say it: '2.91x', or '1.25x slower' below 1 (a ratio below 1 is a
+    loss, and '0.80x' reads as a gain to most people); 'n/a' where there is no ratio."""
+    if not math.isfinite(value) or value <= 0:
+        return "n/a"
+    return f"{value:.2f}x" if value >= 1 else f"{1 / value:.2f}x slower"
+
+
+def latency_text(speedup: float) -> str:
+    """AR's seconds over the method's in words: '1.72x latency speedup over AR', or '1.19x slower than AR'."""
+    return f"{ratio_text(speedup)} latency speedup over AR" if speedup >= 1 else f"{ratio_text(speedup)} than AR"
+
+
+def spread_text(speedup: Speedup) -> str:
+    """The range of a speedup over its repeats, in the words `ratio_text` uses: '1.65-1.80x over 3
+    timings', '1.21-1.32x slower over 3 timings', or 'from 1.05x slower to 1.10x faster over 3 timings'
+    where the repeats disagree on the side."""
+    low, high = speedup.low, speedup.high
+    if speedup.repeats == 1:
+        return "one timing"
+    if low >= 1:
+        span = f"{low:.2f}-{high:.2f}x"
+    elif high < 1:
+        span = f"{1 / high:.2f}-{1 / low:.2f}x slower"
+    else:
+        span = f"from {ratio_text(low)} to {high:.2f}x faster"
+    return f"{span} over {speedup.repeats} timings"

@@ -11,8 +11,8 @@ import matplotlib
 import numpy as np
 from PIL import Image, ImageColor
 
+from specviz.metrics import DRAWN_DEPTH, acceptance_maps, cell_of_position, depth_map, has_trees, window_size
 from specviz.trace import Trace
-from specviz.viz.analysis import DRAWN_DEPTH, acceptance_maps, cell_of_position, depth_map, has_trees, window_size
 from specviz.viz.continuous import SOURCES, token_sources
 from specviz.viz.palette import colors
 

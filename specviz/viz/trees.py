@@ -13,8 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz.trace import Trace
-from specviz.viz.analysis import (
+from specviz.metrics import (
     DRAWN_DEPTH,
     acceptance_maps,
     cell_of_position,
@@ -27,6 +26,7 @@ from specviz.viz.analysis import (
     tree_of,
     tree_shape_maps,
 )
+from specviz.trace import Trace
 from specviz.viz.figures import _finish, _outline, _subplot_titles_as_text, message_figure, window_title
 from specviz.viz.palette import NOW_LABEL, OKABE_ITO, colors
 

@@ -18,9 +18,13 @@ import random
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from specviz.models.tiny.adapter import TinyModel
 
 FEATURE_SIZE = 12  # the side of the averaged image the distance is taken on
 NEAREST = 5
@@ -54,10 +58,33 @@ def recognition(
     return Recognition(top1, top5, len(samples))
 
 
-def main(argv: list[str] | None = None) -> None:
+def recognised(model: TinyModel, captions: list[str], seeds: int, cache: Path) -> Recognition:
+    """Recognition of AR samples of `captions` among every training image of every design."""
     from specviz.decoding import run
-    from specviz.models.tiny.adapter import ASSETS, TinyModel
     from specviz.models.tiny.designs import build_design_set
+
+    designs = build_design_set(cache / "designs")
+    training = ~designs.held_out
+    reference_captions = [c for c, kept in zip(designs.captions, training, strict=True) if kept]
+    drawn, asked = [], []
+    for caption in captions:
+        for seed in range(seeds):
+            drawn.append(np.array(model.decode(run(model, "ar", caption, seed).tokens)))
+            asked.append(caption)
+    return recognition(np.stack(drawn), asked, designs.images[training], reference_captions)
+
+
+def training_captions(cache: Path, count: int) -> list[str]:
+    """A fixed draw of `count` captions that have a design in training."""
+    from specviz.models.tiny.designs import build_design_set
+
+    designs = build_design_set(cache / "designs")
+    known = sorted({c for c, out in zip(designs.captions, designs.held_out, strict=True) if not out})
+    return random.Random(0).sample(known, min(count, len(known)))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from specviz.models.tiny.adapter import ASSETS, TinyModel
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", type=Path, default=ASSETS)
@@ -66,18 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", type=Path, default=Path(".cache"), help="where the emoji designs are kept")
     args = parser.parse_args(argv)
     model = TinyModel.load(args.weights)
-    designs = build_design_set(args.cache / "designs")
-    training = ~designs.held_out
-    reference = designs.images[training]
-    reference_captions = [c for c, kept in zip(designs.captions, training, strict=True) if kept]
-    chosen = random.Random(0).sample(sorted(set(reference_captions)), args.captions)
-    drawn, asked = [], []
-    for caption in chosen:
-        for seed in range(args.seeds):
-            trace = run(model, "ar", caption, seed)
-            drawn.append(np.array(model.decode(trace.tokens)))
-            asked.append(caption)
-    print(f"{args.weights}: {recognition(np.stack(drawn), asked, reference, reference_captions).summary()}")
+    found = recognised(model, training_captions(args.cache, args.captions), args.seeds, args.cache)
+    print(f"{args.weights}: {found.summary()}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Numbers derived from a Trace, shared by the figures, the animation frames and the tests.
+"""Numbers derived from a Trace: what the figures draw, the benchmarks tabulate and the CLI prints.
 
 A sequence position is a generated token; most are image cells, some are forced layout tokens
 (`geometry.layout` entry other than -1), which have no place on the grid. Window methods verify a
@@ -34,7 +34,7 @@ class GridState(NamedTuple):
     now: np.ndarray  # (rows, cols) bool
 
 
-def _check_index(trace: Trace, j: int) -> Iteration:
+def iteration_at(trace: Trace, j: int) -> Iteration:
     """The iteration j, with a clear error instead of a silent negative index."""
     if not 0 <= j < len(trace.iterations):
         raise IndexError(f"iteration {j} is out of range; the trace has {len(trace.iterations)} iterations")
@@ -124,7 +124,7 @@ def committed_before(trace: Trace, j: int) -> int:
 def tokens_through(trace: Trace, j: int) -> list[int] | list[list[float]]:
     """Tokens fixed once iteration j has run, to decode the partial image after it (a continuous run:
     their vectors)."""
-    _check_index(trace, j)
+    iteration_at(trace, j)
     return (trace.vectors or trace.tokens)[: committed_before(trace, j + 1)]
 
 
@@ -136,7 +136,7 @@ def cell_of_position(trace: Trace) -> np.ndarray:
     return np.where(is_cell, np.cumsum(is_cell) - 1, -1)
 
 
-def _on_grid(trace: Trace, values: np.ndarray, fill: object) -> np.ndarray:
+def on_grid(trace: Trace, values: np.ndarray, fill: object) -> np.ndarray:
     """Per-position values laid out on the (rows, cols) grid, dropping layout slots."""
     g = trace.geometry
     cells = cell_of_position(trace)
@@ -163,7 +163,7 @@ def grid_state(trace: Trace, j: int) -> GridState:
     """The grid at iteration j: committed before it, its window (or its tree's outcome) by fate, then
     pending; the cells it commits are flagged (a token sampled after the window, or without drafts,
     shows as committed)."""
-    it = _check_index(trace, j)
+    it = iteration_at(trace, j)
     length = len(trace.geometry.layout)
     state = np.full(length, "pending", dtype=object)
     state[: it.start] = "committed"
@@ -175,9 +175,9 @@ def grid_state(trace: Trace, j: int) -> GridState:
     now = np.zeros(length, dtype=bool)
     now[it.start : end] = True
     return GridState(
-        state=_on_grid(trace, state, "pending"),
-        position=_on_grid(trace, np.arange(length), -1),
-        now=_on_grid(trace, now, False),
+        state=on_grid(trace, state, "pending"),
+        position=on_grid(trace, np.arange(length), -1),
+        now=on_grid(trace, now, False),
     )
 
 
@@ -186,7 +186,7 @@ def drafted_tokens(trace: Trace, j: int) -> list[int] | None:
     window's guesses beyond the accepted run and its resampled token), to decode into a picture of
     what the window held; None where a pass leaves no such draft (AR, a tree, a continuous pass, a
     window accepted whole)."""
-    it = _check_index(trace, j)
+    it = iteration_at(trace, j)
     if it.tree is not None or it.continuous is not None:
         return None
     end = it.start + len(it.committed)
@@ -218,9 +218,9 @@ def acceptance_maps(trace: Trace) -> dict[str, np.ndarray]:
     redraws = np.cumsum(drafted_uncommitted[:length])
     redraws[np.isnan(iteration)] = np.nan
     return {
-        "iteration": _on_grid(trace, iteration, np.nan),
-        "run_length": _on_grid(trace, run_length, np.nan),
-        "redraws": _on_grid(trace, redraws, np.nan),
+        "iteration": on_grid(trace, iteration, np.nan),
+        "run_length": on_grid(trace, run_length, np.nan),
+        "redraws": on_grid(trace, redraws, np.nan),
     }
 
 
@@ -251,7 +251,7 @@ def depth_map(trace: Trace) -> np.ndarray:
         depth[it.start : it.start + len(it.committed)] = DRAWN_DEPTH
         if it.tree is not None:
             depth[it.start : it.start + it.accepted] = [it.tree.depths[node] for node in it.path]
-    return _on_grid(trace, depth, np.nan)
+    return on_grid(trace, depth, np.nan)
 
 
 def tree_shape_maps(trace: Trace) -> dict[str, np.ndarray]:
@@ -266,7 +266,7 @@ def tree_shape_maps(trace: Trace) -> dict[str, np.ndarray]:
         for key, value in (("depth", it.tree_depth), ("top_k", it.tree_top_k), ("alpha", it.alpha)):
             if it.tree is not None and value is not None:
                 maps[key][span] = value
-    return {key: _on_grid(trace, values, np.nan) for key, values in maps.items()}
+    return {key: on_grid(trace, values, np.nan) for key, values in maps.items()}
 
 
 def per_tree(trace: Trace) -> dict[str, np.ndarray]:
@@ -321,20 +321,7 @@ def drawn_after(iteration: Iteration) -> int | None:
 
 def tree_of(trace: Trace, j: int) -> DraftTree | None:
     """Iteration j's draft tree, with a clear error for a bad j; None where it verified none."""
-    return _check_index(trace, j).tree
-
-
-def ratio_text(value: float) -> str:
-    """A ratio against AR as people say it: '2.91x', or '1.25x slower' below 1 (a ratio below 1 is a
-    loss, and '0.80x' reads as a gain to most people); 'n/a' where there is no ratio."""
-    if not math.isfinite(value) or value <= 0:
-        return "n/a"
-    return f"{value:.2f}x" if value >= 1 else f"{1 / value:.2f}x slower"
-
-
-def latency_text(speedup: float) -> str:
-    """AR's seconds over the method's in words: '1.72x latency speedup over AR', or '1.19x slower than AR'."""
-    return f"{ratio_text(speedup)} latency speedup over AR" if speedup >= 1 else f"{ratio_text(speedup)} than AR"
+    return iteration_at(trace, j).tree
 
 
 class Speedup(NamedTuple):
@@ -356,20 +343,11 @@ def timed_speedup(trace: Trace, ar: Trace) -> Speedup | None:
     return Speedup(float(np.median(ratios)), min(ratios), max(ratios), len(ratios))
 
 
-def spread_text(speedup: Speedup) -> str:
-    """The range of a speedup over its repeats, in the words `ratio_text` uses: '1.65-1.80x over 3
-    timings', '1.21-1.32x slower over 3 timings', or 'from 1.05x slower to 1.10x faster over 3 timings'
-    where the repeats disagree on the side."""
-    low, high = speedup.low, speedup.high
-    if speedup.repeats == 1:
-        return "one timing"
-    if low >= 1:
-        span = f"{low:.2f}-{high:.2f}x"
-    elif high < 1:
-        span = f"{1 / high:.2f}-{1 / low:.2f}x slower"
-    else:
-        span = f"from {ratio_text(low)} to {high:.2f}x faster"
-    return f"{span} over {speedup.repeats} timings"
+def draft_acceptance(iterations: list[Iteration]) -> float | None:
+    """A continuous run's accepted share of its tested drafts (CSpD's alpha); None where none was tested.
+    A draft after the first rejection is discarded untested and does not count."""
+    tested = [f for it in iterations if it.continuous for f in it.continuous.fate if f != "discarded"]
+    return tested.count("accepted") / len(tested) if tested else None
 
 
 def only_the_draft_drew(iterations: list[Iteration]) -> bool:
