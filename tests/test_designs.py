@@ -13,8 +13,8 @@ from PIL import Image
 
 from specviz.models.tiny import designs
 from specviz.models.tiny.designs import SOURCES, FetchError, Source, align, emoji_key, is_held_out, packaged_images
-from specviz.models.tiny.recognition import recognition
 from specviz.models.tiny.tokenizer import VARIANCE_FLOOR, quantiser_entropy, sample_codes
+from specviz.stage.recognition import recognition
 
 README = Path(__file__).parents[1] / "README.md"
 

@@ -1,6 +1,6 @@
 """Every target of the embedded model as a stage (issue 29), measured on one weights folder in one command.
 
-    python -m specviz.models.tiny.targets [--weights DIR] [--seeds 2] [--captions 200] [--json FILE]
+    python -m specviz.stage.targets [--weights DIR] [--seeds 2] [--captions 200] [--json FILE]
 
 Prints one line per target: what is asked, the value measured and whether it is met. The runs:
 
@@ -43,9 +43,9 @@ class Target:
 def measure_targets(weights: Path, seeds: int, captions: int, cache: Path) -> list[Target]:
     from specviz.bench import bench
     from specviz.models.tiny.adapter import TinyModel
-    from specviz.models.tiny.measure import CONFIDENT, report
-    from specviz.models.tiny.recognition import recognised, training_captions
-    from specviz.models.tiny.samples import FREE_TEXT, TRAINING_CAPTIONS
+    from specviz.stage.measure import CONFIDENT, report
+    from specviz.stage.recognition import recognised, training_captions
+    from specviz.stage.samples import FREE_TEXT, TRAINING_CAPTIONS
 
     model = TinyModel.load(weights)
     sampling: SamplingSettings = model.default_sampling

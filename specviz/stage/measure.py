@@ -1,7 +1,7 @@
 """How uncertain the embedded model is: entropy per token along its own AR samples.
 
-    python -m specviz.models.tiny.measure [--weights DIR] [--seeds 2] [--prompts FILE]
-    python -m specviz.models.tiny.measure --temperature 1 --top-k 200 --guidance 2 [--write]
+    python -m specviz.stage.measure [--weights DIR] [--seeds 2] [--prompts FILE]
+    python -m specviz.stage.measure --temperature 1 --top-k 200 --guidance 2 [--write]
 
 For training captions and for free text (or the prompts of a file) it prints the mean entropy (nats)
 of the distribution each token is sampled from and the share of positions whose most likely token
@@ -22,7 +22,7 @@ import torch
 
 from specviz.models.settings import SamplingSettings
 from specviz.models.tiny.adapter import ASSETS, TinyModel
-from specviz.models.tiny.samples import FREE_TEXT, TRAINING_CAPTIONS
+from specviz.stage.samples import FREE_TEXT, TRAINING_CAPTIONS
 
 CONFIDENT = 0.99
 

@@ -1,6 +1,6 @@
 """A labelled grid of AR samples from the embedded model, to look at after training.
 
-python -m specviz.models.tiny.samples --out assets/tiny/samples.png
+python -m specviz.stage.samples --out assets/tiny/samples.png
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Labelled sample grids of the embedded continuous pair, to look at after training: the target's AR,
 the draft's AR, and cspd / cspd-exact (target with draft), on training captions and free text.
 
-python -m specviz.models.tiny_continuous.samples --out assets/tiny-continuous
+python -m specviz.stage.continuous_samples --out assets/tiny-continuous
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specviz.models.tiny.samples import FREE_TEXT, TRAINING_CAPTIONS, sample_grid
 from specviz.models.tiny_continuous.adapter import ASSETS, TinyContinuousModel
+from specviz.stage.samples import FREE_TEXT, TRAINING_CAPTIONS, sample_grid
 
 GRIDS = {"samples.png": "ar", "samples-draft.png": "ar-draft", "samples-cspd.png": "cspd"}
 

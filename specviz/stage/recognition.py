@@ -1,6 +1,6 @@
 """Whether the embedded model draws what it is asked for: each sample's nearest training images.
 
-    python -m specviz.models.tiny.recognition [--weights DIR] [--captions 200] [--seeds 2]
+    python -m specviz.stage.recognition [--weights DIR] [--captions 200] [--seeds 2]
 
 For training captions (a fixed draw of `--captions` of them) and seeds 0..K-1 the model draws an image
 by AR at its default sampling; the sample is compared with every training image of every design by a
