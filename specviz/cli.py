@@ -242,7 +242,7 @@ def command_race(args: argparse.Namespace) -> int:
     params = _method_params(args)  # checked against the method by _check_run_inputs
     prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
 
-    from specviz.decoding.race import Race, time_again, with_timing
+    from specviz.decoding.race import Race, retimed
     from specviz.metrics import summary, timed_speedup
     from specviz.viz.narration import ratio_text, spread_text
 
@@ -251,13 +251,13 @@ def command_race(args: argparse.Namespace) -> int:
     while race.step() is not None:
         pass
     trace, ar = race.traces()
-    rounds = list(time_again(model, [trace, ar], args.repeats))
-    timings = rounds[-1] if rounds else None
-    if timings is not None:
-        trace, ar = (with_timing(t, timing) for t, timing in zip((trace, ar), timings, strict=True))
+    rounds = list(retimed(model, [trace, ar], args.repeats))
+    timed = bool(rounds) and not rounds[-1].abandoned  # an abandoned timing keeps the race's own clocks
+    if timed:
+        trace, ar = rounds[-1].traces
     how = (
         f"median of {args.repeats} undisturbed runs of each, in turns"
-        if timings is not None
+        if timed
         else ("the race's own clocks" if args.repeats == 0 else "the race's own clocks (a repeat changed its tokens)")
     )
     print(f"{args.method} against AR on {model.name} ({model.device}), prompt {prompt!r}, seed {seed}; seconds: {how}")

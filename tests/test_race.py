@@ -30,23 +30,24 @@ def test_a_race_draws_exactly_the_two_runs_it_races(tiny):
 
 def test_timing_again_reports_each_round_and_refuses_a_run_that_changed(tiny, monkeypatch):
     trace = run(tiny, "sjd", "sun", 0, params={"window": 32})
-    rounds = list(race.time_again(tiny, [trace], repeats=3))
-    assert [len(r[0].seconds) for r in rounds] == [1, 2, 3]  # the clocks so far after each round
-    final = rounds[-1]
-    timed = race.with_timing(trace, final[0])
-    assert timed.timings == list(final[0].seconds) and timed.seconds == sorted(final[0].seconds)[1]
+    rounds = list(race.retimed(tiny, [trace], repeats=3))
+    assert [len(r.traces[0].timings) for r in rounds] == [1, 2, 3]  # the clocks so far after each round
+    assert [r.done for r in rounds] == [1, 2, 3] and not any(r.abandoned for r in rounds)
+    timed = rounds[-1].traces[0]
+    assert timed.seconds == sorted(timed.timings)[1]  # the median of the three repeats
     assert timed.tokens == trace.tokens and trace.timings is None  # the original is left as it was
 
     def other_tokens(model, t):  # a repeat that does not reproduce its run times another computation
         return t.model_copy(update={"tokens": [0] * len(t.tokens)})
 
     monkeypatch.setattr(race, "repeat", other_tokens)
-    assert list(race.time_again(tiny, [trace], repeats=3)) == [None]
+    (abandoned,) = race.retimed(tiny, [trace], repeats=3)
+    assert abandoned.abandoned and abandoned.done == 0 and abandoned.traces == [trace]
 
 
 def test_timing_stops_after_two_rounds_once_its_budget_is_spent(tiny):
     trace = run(tiny, "ar", "sun", 0)
-    assert len(list(race.time_again(tiny, [trace], repeats=5, budget=0.0))) == 2  # a spread needs two
+    assert len(list(race.retimed(tiny, [trace], repeats=5, budget=0.0))) == 2  # a spread needs two
 
 
 @pytest.mark.parametrize("value, ok", [("2", True), ("20", True), ("0", False), ("x", False), ("21", False)])

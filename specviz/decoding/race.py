@@ -3,7 +3,7 @@
 `Race` interleaves the two runs as the app shows them: whichever side is behind on its own clock
 advances one iteration, as if each had the device alone. Drawing the race competes with the model on
 a CPU (cores and the GIL, costing AR's many short passes more than a method's few long ones), so the
-clocks a race or a comparison reports come from `time_again`: every run repeated undisturbed, one
+clocks a race or a comparison reports come from `retimed`: every run repeated undisturbed, one
 after another in turns, reported as the median with its spread. The app and `python -m specviz race`
 both use these, so their numbers agree.
 """
@@ -103,14 +103,25 @@ def repeat(model: ImageModel, trace: Trace) -> Trace:
     return run(model, trace.method, trace.prompt, trace.seed, sampling, trace.params)
 
 
-def time_again(
+@dataclass(frozen=True)
+class TimingRound:
+    """The runs after a round of undisturbed repeats: each with its clocks so far (`seconds` their median,
+    `timings` every repeat). `abandoned`: a repeat drew other tokens, so its clock would time another
+    computation; the runs are then as the last round that reproduced them left them, and no round follows."""
+
+    traces: list[Trace]
+    done: int  # rounds that reproduced every run
+    abandoned: bool = False
+
+
+def retimed(
     model: ImageModel, traces: list[Trace], repeats: int = TIMINGS, budget: float = math.inf
-) -> Iterator[list[Timing] | None]:
-    """Repeat every run `repeats` times in turns (all runs once, then all again), yielding the timings
-    after each round; None (and nothing more) where a repeat did not reproduce its run's tokens, since
-    its clock would then time another computation. Rounds stop early once they have taken `budget`
-    seconds and two are done (a spread needs two): slow runs vary less, and a visitor waits for them."""
+) -> Iterator[TimingRound]:
+    """Repeat every run `repeats` times in turns (all runs once, then all again), yielding the runs with
+    their clocks after each round. Rounds stop early once they have taken `budget` seconds and two are
+    done (a spread needs two): slow runs vary less, and a visitor waits for them."""
     seconds: list[list[float]] = [[] for _ in traces]
+    timed = list(traces)
     started = time.perf_counter()
     for done in range(repeats):
         if done >= 2 and time.perf_counter() - started >= budget:
@@ -118,10 +129,11 @@ def time_again(
         for trace, clocks in zip(traces, seconds, strict=True):
             again = repeat(model, trace)
             if again.tokens != trace.tokens:
-                yield None
+                yield TimingRound(timed, done, abandoned=True)
                 return
             clocks.append(again.seconds)
-        yield [Timing(tuple(clocks)) for clocks in seconds]
+        timed = [with_timing(trace, Timing(tuple(clocks))) for trace, clocks in zip(traces, seconds, strict=True)]
+        yield TimingRound(timed, done + 1)
 
 
 def with_timing(trace: Trace, timing: Timing) -> Trace:

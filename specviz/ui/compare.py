@@ -11,12 +11,12 @@ import gradio as gr
 from specviz import metrics, viz
 from specviz.decoding import run
 from specviz.decoding.cost import SIZES, PassCost, cost_sentence, pass_costs
-from specviz.decoding.race import TIMING_BUDGET, needs_retiming, time_again, timings_wanted, with_timing
+from specviz.decoding.race import TIMING_BUDGET, needs_retiming, retimed, timings_wanted
 from specviz.inputs import check_prompt
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import Trace
 from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
-from specviz.ui.service import get_model, gpu_seconds, gpu_work, on_compute_thread, user_errors
+from specviz.ui.service import each_on_compute_thread, get_model, gpu_seconds, gpu_work, on_compute_thread, user_errors
 
 COMPARING = "*Comparing "  # how Compare's note starts while it runs
 COMPARE_HEADERS = ["method", "parameters", "lossless", "NFE", "step compression", "seconds", "latency against AR"]
@@ -134,15 +134,13 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
         abandoned = ""
         if needs_retiming(chosen):
             wanted = timings_wanted()
-            rounds = time_again(chosen, [ar, *traces], wanted, TIMING_BUDGET)
-            done = 0
-            while (timings := on_compute_thread(next, rounds, False)) is not False:
-                if timings is None:  # a repeat drew other tokens: keep the clocks so far, and say so
+            for timed in each_on_compute_thread(retimed(chosen, [ar, *traces], wanted, TIMING_BUDGET)):
+                ar, *traces = timed.traces
+                if timed.abandoned:  # a repeat drew other tokens: keep the clocks so far, and say so
                     abandoned = " Timing again was abandoned: a repeat drew other tokens."
                     break
-                done += 1
-                ar, *traces = (with_timing(t, timing) for t, timing in zip([ar, *traces], timings, strict=True))
-                yield {"note": progress(f"timing all {total} runs again with nothing drawing, {done} of {wanted}")}
+                note = f"timing all {total} runs again with nothing drawing, {timed.done} of {wanted}"
+                yield {"note": progress(note)}
         table, rows = compare_rows(ar, traces)
         yield {
             "table": table,

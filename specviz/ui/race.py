@@ -13,7 +13,7 @@ import gradio as gr
 
 from specviz import metrics, viz
 from specviz.decoding import RunStream
-from specviz.decoding.race import TIMING_BUDGET, Race, needs_retiming, time_again, timings_wanted, with_timing
+from specviz.decoding.race import TIMING_BUDGET, Race, needs_retiming, retimed, timings_wanted
 from specviz.models.protocol import decode_in_order
 from specviz.trace import Trace
 from specviz.ui.compare import COMPARING
@@ -22,6 +22,7 @@ from specviz.ui.inspection import opened_at
 from specviz.ui.service import (
     DISPLAY_SIZE,
     decodable,
+    each_on_compute_thread,
     get_model,
     gpu_seconds,
     gpu_work,
@@ -314,13 +315,12 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             return
         # Inspect takes the runs once their clocks are final: its views are drawn after the race, whole
         yield finished
-        rounds = time_again(chosen, [trace, ar], wanted, TIMING_BUDGET)
         note = ""
-        while (timings := on_compute_thread(next, rounds, False)) is not False:
-            if timings is None:  # a repeat drew other tokens: its clock would time another computation
+        for timed in each_on_compute_thread(retimed(chosen, [trace, ar], wanted, TIMING_BUDGET)):
+            trace, ar = timed.traces
+            if timed.abandoned:  # a repeat drew other tokens: its clock would time another computation
                 note = " Timing again was abandoned: a repeat drew other tokens, so its clock would time another run."
                 break
-            trace, ar = (with_timing(t, timing) for t, timing in zip((trace, ar), timings, strict=True))
             yield {
                 "method_counter": final_counter(trace),
                 "ar_counter": final_counter(ar),

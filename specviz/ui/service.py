@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,6 +72,13 @@ def on_compute_thread(fn: Callable, *args):
             _compute = (os.getpid(), executor)
         executor = _compute[1]
     return executor.submit(fn, *args).result()
+
+
+def each_on_compute_thread(items: Iterator) -> Iterator:
+    """The items of an iterator that runs the model (re-timing rounds), each made on the compute thread."""
+    end = object()
+    while (item := on_compute_thread(next, items, end)) is not end:
+        yield item
 
 
 def offered_models() -> list[str]:
