@@ -14,15 +14,16 @@ import reprlib
 import shutil
 import tempfile
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     import torch
 
+T = TypeVar("T")
 MAX_PROMPT_CHARS = 2000
 QUOTED_CHARS = 40  # a bad value is quoted in a message up to this many characters
 QUOTED_PATH_CHARS = 160  # a path, whose end says most, is quoted in full up to this many characters
@@ -102,10 +103,36 @@ def check_device(name: object) -> torch.device:
     raise InputError(f"device {brief(name)} is not available here; use cpu or cuda")
 
 
+def look_up(table: Mapping[str, T], name: str, what: str, error: type[Exception], listed: str = "available") -> T:
+    """`table[name]`, or `error` quoting the name and listing what there is ("unknown method 'x'; available: ...")."""
+    if name not in table:
+        raise error(f"unknown {what} {brief(name)}; {listed}: {', '.join(table)}")
+    return table[name]
+
+
 def shown_path(path: object) -> str:
     """A path as a message quotes it: in full unless it is long enough to flood the line."""
     text = str(path)
     return text if len(text) <= QUOTED_PATH_CHARS else brief(text, QUOTED_PATH_CHARS)
+
+
+def read_bounded(path: str | Path, limit: int, what: str, error: type[Exception] = InputError) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, reading no more than that; otherwise `error`
+    saying why, `what` naming the file ("trace", "prompt file"). A folder, a device or a FIFO is refused
+    before it is opened: reading one could block."""
+    shown = shown_path(path)
+    try:
+        if not os.path.isfile(path):
+            if os.path.exists(path):
+                raise error(f"{what} {shown} is not a regular file")
+            raise FileNotFoundError(2, "No such file or directory")
+        with open(path, "rb") as file:
+            data = file.read(limit + 1)
+    except OSError as failure:
+        raise error(f"cannot read {what} {shown}: {failure.strerror or failure}") from None
+    if len(data) > limit:
+        raise error(f"{what} {shown} is larger than {limit} bytes, the limit for a {what}")
+    return data
 
 
 def _refuse_git_folder(path: Path) -> None:
@@ -198,18 +225,11 @@ def read_prompts(path: str | None) -> list[str]:
     if path is None:
         text = resources.files("specviz.data").joinpath("prompts.txt").read_text()
     else:
-        if os.path.exists(path) and not os.path.isfile(path):  # a folder, a device or a FIFO would block
-            raise PromptFileError(f"prompt file {shown_path(path)} is not a regular file")
+        data = read_bounded(path, MAX_PROMPT_FILE_BYTES, "prompt file", PromptFileError)
         try:
-            with open(path, "rb") as file:
-                data = file.read(MAX_PROMPT_FILE_BYTES + 1)
-            if len(data) > MAX_PROMPT_FILE_BYTES:
-                raise PromptFileError(f"prompt file {shown_path(path)} is larger than {MAX_PROMPT_FILE_BYTES} bytes")
             text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise PromptFileError(
-                f"cannot read prompt file {shown_path(path)}: {getattr(error, 'strerror', None) or error}"
-            ) from None
+        except UnicodeDecodeError as error:
+            raise PromptFileError(f"cannot read prompt file {shown_path(path)}: {error}") from None
     prompts = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if not prompts:
         raise PromptFileError(f"no prompts in {shown_path(path)}")

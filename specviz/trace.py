@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -18,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from specviz.decoding.catalogue import CATALOGUE
 from specviz.errors import TraceError
-from specviz.inputs import brief
+from specviz.inputs import brief, read_bounded
 
 TRACE_VERSION = 2
 # the largest trace a real run writes is a few MB (Emu3 at 720p, 8,190 positions, W = 128: about 6 MB);
@@ -427,16 +426,7 @@ class Trace(_Strict):
     @classmethod
     def load(cls, path: str | Path) -> Trace:
         """A trace from a regular file (not a folder, device or pipe), reading at most the size limit."""
-        path = Path(path)
-        try:
-            if not stat.S_ISREG(path.stat().st_mode):
-                raise TraceError(f"{path} is not a regular file")
-            with open(path, "rb") as file:
-                data = file.read(MAX_TRACE_BYTES + 1)
-        except OSError as error:
-            raise TraceError(f"cannot read trace {path}: {error.strerror or error}") from None
-        if len(data) > MAX_TRACE_BYTES:
-            raise TraceError(f"{path} is larger than {MAX_TRACE_BYTES} bytes, the limit for a trace")
+        data = read_bounded(path, MAX_TRACE_BYTES, "trace", TraceError)
         return cls.from_json(data)
 
 

@@ -330,15 +330,19 @@ def test_a_new_race_clears_the_last_summary_and_downloads(server):
 
 
 def test_stop_says_stopped_and_how_far_and_cancels_compare(server):
-    from specviz.ui.compare import COMPARING
-    from specviz.ui.race import RETIMING, racing, stopped
+    from specviz.ui.activity import RACING, RaceActivity, stopped
+    from specviz.ui.race import racing
 
     counters = ("**sjd** · NFE 9 · 40/256 tokens · 0.20 s", "**ar** · NFE 60 · 60/256 tokens · 0.30 s")
-    race_note, compare_note = stopped(racing("sjd"), *counters, None)  # Compare's note never set: None
+    race_note, compare_note, *cleared = stopped(RACING, None, racing("sjd"), *counters)  # Compare never ran
     assert race_note.startswith("**Stopped**") and "40/256 tokens" in race_note and "60/256" in race_note
-    assert compare_note == {"__type__": "update"}  # no comparison was running
-    race_note, compare_note = stopped(RETIMING, *counters, f"{COMPARING}...")
-    assert "while timing the runs again" in race_note and compare_note.startswith("**Stopped**")
+    assert compare_note == {"__type__": "update"} and cleared == [None, False]  # no comparison was running
+    retiming = "*Timing both runs again with nothing drawing: 1 of 3 done.*\n\n### sjd: 2.90x step compression"
+    race_note, compare_note, *_ = stopped(RaceActivity("retiming", 1), True, retiming, *counters)
+    assert "while timing the runs again (1 rounds done)" in race_note and race_note.endswith("step compression")
+    assert compare_note.startswith("**Stopped**")
+    race_note, compare_note, *_ = stopped(None, False, "### sjd: 2.90x step compression", *counters)
+    assert race_note == compare_note == {"__type__": "update"}  # nothing was running: the page stays as it is
     config = Client(server, verbose=False).config
     api = {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
     stop = next(d for d in config["dependencies"] if d.get("api_name") == "stop")

@@ -5,8 +5,8 @@ import gradio as gr
 import pytest
 
 from specviz.models.registry import get_entry
+from specviz.ui.activity import RACING, RaceActivity
 from specviz.ui.controls import PARAMETERS
-from specviz.ui.race import RACING
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,11 @@ def test_the_race_handler_clears_first_then_hands_inspect_its_timed_runs(demo, m
     data = named(race, Prompt="sun", Seed=1)
     frames = list(race.fn(data))
     first, last = by_label(frames[0]), by_label(frames[-1])
-    assert first["Method"] is None and first["Vanilla AR"] is None and first["race-summary"].startswith(RACING)
-    state = next(v for c, v in frames[-1].items() if isinstance(c, gr.State))
+    assert first["Method"] is None and first["Vanilla AR"] is None and first["race-summary"].startswith("*Racing")
+    activities = [v for f in frames for c, v in f.items() if isinstance(c, gr.State) and not isinstance(v, dict)]
+    assert activities[0] == RACING and activities[-1] is None  # what Stop reads: racing, timing again, finished
+    assert RaceActivity("retiming", 1) in activities
+    state = next(v for c, v in frames[-1].items() if isinstance(c, gr.State) and isinstance(v, dict))
     trace, ar = state["trace"], state["ar"]
     assert (trace.method, ar.method, trace.prompt, trace.seed) == ("sjd", "ar", "sun", 1)
     assert len(trace.timings) == len(ar.timings) == 2 and "over 2 timings" in last["race-summary"]

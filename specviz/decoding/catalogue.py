@@ -22,7 +22,7 @@ from specviz.decoding.params import (
     TreeParameters,
     WindowParameters,
 )
-from specviz.inputs import brief
+from specviz.inputs import look_up
 
 
 class UnknownMethod(KeyError):
@@ -139,6 +139,4 @@ CATALOGUE: dict[str, MethodInfo] = {
 
 def method_info(name: str) -> MethodInfo:
     """The catalogue's entry for `name`; UnknownMethod naming the methods there are."""
-    if name not in CATALOGUE:
-        raise UnknownMethod(f"unknown method {brief(name)}; available: {', '.join(CATALOGUE)}")
-    return CATALOGUE[name]
+    return look_up(CATALOGUE, name, "method", UnknownMethod)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specviz.inputs import brief, shown_path
+from specviz.inputs import brief, look_up, shown_path
 from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.settings import SamplingSettings
 
@@ -340,9 +340,7 @@ MODELS: dict[str, ModelEntry] = {
 
 
 def get_entry(name: str) -> ModelEntry:
-    if name not in MODELS:
-        raise UnknownModel(f"unknown model {brief(name)}; registered: {', '.join(MODELS)}")
-    return MODELS[name]
+    return look_up(MODELS, name, "model", UnknownModel, listed="registered")
 
 
 def load_model(name: str, weights: str | None = None, device: str = "cpu", draft: str | None = None) -> ImageModel:

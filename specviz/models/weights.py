@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specviz.inputs import brief
+from specviz.inputs import brief, read_bounded
 
 if TYPE_CHECKING:
     import torch
@@ -45,13 +45,7 @@ def first_line(error: BaseException) -> str:
 
 def read_json(path: Path) -> object:
     """A small JSON file (a configuration), refused when it is large, unreadable or not JSON."""
-    try:
-        with open(path, "rb") as file:
-            text = file.read(MAX_CONFIG_BYTES + 1)
-    except OSError as error:
-        raise WeightsError(f"{path.name} is not readable JSON: {error.strerror or error}") from None
-    if len(text) > MAX_CONFIG_BYTES:
-        raise WeightsError(f"{path.name} is larger than {MAX_CONFIG_BYTES} bytes")
+    text = read_bounded(path, MAX_CONFIG_BYTES, "configuration", WeightsError)
     try:
         return json.loads(text)
     except ValueError as error:

@@ -18,7 +18,6 @@ from specviz.trace import Trace
 from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
 from specviz.ui.service import each_on_compute_thread, get_model, gpu_seconds, gpu_work, on_compute_thread, user_errors
 
-COMPARING = "*Comparing "  # how Compare's note starts while it runs
 COMPARE_HEADERS = ["method", "parameters", "lossless", "NFE", "step compression", "seconds", "latency against AR"]
 
 
@@ -76,6 +75,7 @@ class CompareTab:
     cost_button: gr.Button
     cost_note: gr.Markdown
     cost_plot: gr.Plot
+    comparing: gr.State  # True while a comparison runs (Stop reads it)
 
 
 def build(method_names: list[str]) -> CompareTab:
@@ -95,7 +95,8 @@ def build(method_names: list[str]) -> CompareTab:
             cost_button = gr.Button("Measure pass costs on this device", size="sm")
             cost_note = gr.Markdown(elem_id="cost-note")
             cost_plot = gr.Plot()
-    return CompareTab(methods, button, note, table, plot, cost_button, cost_note, cost_plot)
+    comparing = gr.State(False)
+    return CompareTab(methods, button, note, table, plot, cost_button, cost_note, cost_plot, comparing)
 
 
 def compare_seconds(request: RunRequest, selected: list[str], big: bool, night: bool) -> int:
@@ -122,9 +123,9 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
         total = len(selected) + 1
 
         def progress(note: str) -> str:
-            return f"{COMPARING}AR and {', '.join(selected)}: {note}...*"
+            return f"*Comparing AR and {', '.join(selected)}: {note}...*"
 
-        yield {"table": [], "plot": None, "note": progress(f"0 of {total} runs done")}
+        yield {"table": [], "plot": None, "note": progress(f"0 of {total} runs done"), "comparing": True}
         ar = on_compute_thread(run, chosen, "ar", request.prompt, request.seed, request.sampling)
         traces: list[Trace] = []
         for name in selected:
@@ -146,6 +147,7 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
             "table": table,
             "plot": viz.comparison_figure(rows, dark=night, large=big),
             "note": compare_caption(ar) + abandoned,
+            "comparing": False,
         }
 
     @gpu_work(model=lambda model_name, prompt: model_name, duration=cost_seconds)
@@ -161,14 +163,14 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
             raise SettingsError("choose at least one method to compare")
         request = controls.request(data, method="ar")
         request.check(get_model(request.model), selected)  # refused here, before any work or GPU slot
-        shown = {"table": tab.table, "plot": tab.plot, "note": tab.note}
+        shown = {"table": tab.table, "plot": tab.plot, "note": tab.note, "comparing": tab.comparing}
         for frame in comparison(request, selected, data[controls.large], data[controls.dark]):
             yield {shown[name]: value for name, value in frame.items()}
 
     event = tab.button.click(
         compare,
         controls.run_inputs - {controls.method} | {tab.methods, controls.large, controls.dark},
-        [tab.table, tab.plot, tab.note],
+        [tab.table, tab.plot, tab.note, tab.comparing],
         concurrency_limit=1,
         concurrency_id="gpu",
         show_progress_on=tab.note,  # the rows arrive one by one; a refusal marks the note, not the table

@@ -72,12 +72,6 @@ READING_GUIDE = """
 """
 
 
-def opened_at(trace: Trace) -> dict:
-    """The iteration slider for a new run: its range, at the iteration Inspect opens on
-    (`metrics.opening_iteration`)."""
-    return gr.update(maximum=max(1, len(trace.iterations) - 1), value=metrics.opening_iteration(trace))
-
-
 def neighbour_instructive(runs: dict, j: float, forward: bool) -> int | dict:
     """The next (or previous) iteration after (before) j that accepted a draft; j itself where none is."""
     if not runs:

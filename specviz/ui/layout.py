@@ -11,7 +11,7 @@ from specviz import viz
 from specviz.decoding.race import timings_wanted
 from specviz.models.registry import get_entry
 from specviz.presets import PRESET_BY_KEY, PRESETS
-from specviz.ui import compare, controls, inspection, race, replay
+from specviz.ui import activity, compare, controls, inspection, race, replay
 from specviz.ui.service import CheckedBlocks, default_model, load_at_startup, offered_models, on_compute_thread
 
 CSS = """
@@ -100,14 +100,14 @@ def build() -> gr.Blocks:
         compare_event = compare.wire(compare_tab, side, runs)
         replay.wire(replay_tab, side, runs, inspect_tab.iteration, refresh_after)
 
-        def stop(*shown: str) -> tuple:
+        def stop(*now) -> tuple:
             """Cancel a race or a comparison and say so, with how far it got; stop playing back."""
-            return (*race.stopped(*shown), gr.Timer(active=False))
+            return (*activity.stopped(*now), gr.Timer(active=False))
 
         side.stop_button.click(
             stop,
-            [race_tab.summary, race_tab.method_counter, race_tab.ar_counter, compare_tab.note],
-            [race_tab.summary, compare_tab.note, inspect_tab.timer],
+            [race_tab.activity, compare_tab.comparing, race_tab.summary, race_tab.method_counter, race_tab.ar_counter],
+            [race_tab.summary, compare_tab.note, race_tab.activity, compare_tab.comparing, inspect_tab.timer],
             cancels=[race_event, *preset_races, compare_event, contrast_event],
         )
         demo.load(None, None, None, js=inspection.ARROW_KEYS)

@@ -16,9 +16,8 @@ from specviz.decoding import RunStream
 from specviz.decoding.race import TIMING_BUDGET, Race, needs_retiming, retimed, timings_wanted
 from specviz.models.protocol import decode_in_order
 from specviz.trace import Trace
-from specviz.ui.compare import COMPARING
+from specviz.ui.activity import RACING, RaceActivity
 from specviz.ui.controls import Controls, RunRequest
-from specviz.ui.inspection import opened_at
 from specviz.ui.service import (
     DISPLAY_SIZE,
     decodable,
@@ -27,6 +26,7 @@ from specviz.ui.service import (
     gpu_seconds,
     gpu_work,
     on_compute_thread,
+    opened_at,
     picture,
     show,
     user_errors,
@@ -65,7 +65,7 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
     """The race's result in two lines: the headline ratios (the latency speedup with its spread where
     both runs were timed again), then passes, seconds and how they were timed. `drawing_shared`: the
     clocks are the race's own on a device where drawing competed with the model; `timing`: the undisturbed
-    repeats planned, while they still run (the summary then starts with RETIMING, which Stop reads)."""
+    repeats planned, while they still run (the summary then starts with a line saying so)."""
     facts = metrics.summary(trace, ar)
     if not trace.lossless:
         lossless = "**lossy**: its images follow a distribution that differs from AR's"
@@ -103,7 +103,10 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
     pending = ""
     if timing:
         rounds = len(trace.timings or ())
-        pending = f"{RETIMING} {rounds} of {timing} done: the clocks below are provisional.*\n\n"
+        pending = (
+            f"*Timing both runs again with nothing drawing: {rounds} of {timing} done: the clocks below are "
+            "provisional.*\n\n"
+        )
     return (
         f"{pending}{headline}\n"
         f"{trace.method} ({lossless}): {facts['nfe']} passes{tau}, {trace.seconds:.2f} s · "
@@ -111,39 +114,9 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
     )
 
 
-RACING = "*Racing "  # how the summary starts while a race runs (Stop reads it)
-RETIMING = "*Timing both runs again with nothing drawing:"
-
-
 def racing(method: str) -> str:
     """The summary while a race runs, in place of the previous run's."""
-    return f"{RACING}{method} against AR...*"
-
-
-def stopped(summary: str | None, method_counter: str | None, ar_counter: str | None, compare_note: str | None) -> tuple:
-    """What Stop leaves in the race summary and in Compare's note, where one was running: that it was
-    stopped and how far it got (the race's counters as they stood; Compare's rows so far). A text never
-    set arrives as None."""
-    summary, method_counter, ar_counter, compare_note = (
-        text or "" for text in (summary, method_counter, ar_counter, compare_note)
-    )
-    race_note = compare_text = gr.update()
-    if summary.startswith(RETIMING):  # both runs had finished; only their clocks were pending
-        progress, _, result = summary.partition("\n\n")
-        done = progress.removeprefix(RETIMING).split(" done")[0].strip()
-        race_note = (
-            f"**Stopped** while timing the runs again ({done} rounds done): the seconds below come from "
-            f"those rounds only, or from the race itself where none had finished. Inspect still shows the "
-            f"previous run, if any.\n\n{result}"
-        )
-    elif summary.startswith(RACING):
-        race_note = (
-            f"**Stopped** before the end. How far it got: {method_counter or 'nothing yet'}; "
-            f"{ar_counter or 'nothing yet'}. Inspect still shows the previous run, if any."
-        )
-    if compare_note.startswith(COMPARING):
-        compare_text = "**Stopped**: the table shows the runs that had finished, with their first, untimed clocks."
-    return race_note, compare_text
+    return f"*Racing {method} against AR...*"
 
 
 def race_bars(sides: list[tuple[str, int, float]], total: int, dark: bool = False) -> str:
@@ -182,6 +155,7 @@ class RaceTab:
     bars: gr.HTML  # NFE and clocks of both sides, growing
     progress: gr.Image  # the method's acceptance map (trees: depth map) so far
     progress_title: gr.Markdown
+    activity: gr.State  # a RaceActivity while a race runs (Stop reads it), else None
 
 
 def build() -> RaceTab:
@@ -209,8 +183,19 @@ def build() -> RaceTab:
                 progress_title = gr.Markdown(elem_id="race-map-title")
         summary = gr.Markdown(elem_id="race-summary")
         preset_note = gr.Markdown(elem_id="preset-note")
+    activity = gr.State(None)
     return RaceTab(
-        method_image, method_counter, ar_image, ar_counter, summary, preset_note, speed, bars, progress, progress_title
+        method_image,
+        method_counter,
+        ar_image,
+        ar_counter,
+        summary,
+        preset_note,
+        speed,
+        bars,
+        progress,
+        progress_title,
+        activity,
     )
 
 
@@ -243,6 +228,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             "ar_image": None,
             "ar_counter": "",
             "summary": racing(request.method),
+            "activity": RACING,
             "downloads": None,
             "bars": "",
             "progress": None,
@@ -311,10 +297,10 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             **progress(trace, "final"),
         }
         if not wanted:
-            yield {**finished, "runs": {"trace": trace, "ar": ar}, "iteration": opened_at(trace)}
+            yield {**finished, "runs": {"trace": trace, "ar": ar}, "iteration": opened_at(trace), "activity": None}
             return
         # Inspect takes the runs once their clocks are final: its views are drawn after the race, whole
-        yield finished
+        yield {**finished, "activity": RaceActivity("retiming")}
         note = ""
         for timed in each_on_compute_thread(retimed(chosen, [trace, ar], wanted, TIMING_BUDGET)):
             trace, ar = timed.traces
@@ -326,11 +312,13 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
                 "ar_counter": final_counter(ar),
                 "summary": race_summary(trace, ar, drawing_shared=True, timing=wanted),
                 "bars": bars(trace, ar),
+                "activity": RaceActivity("retiming", timed.done),
             }
         yield {
             "summary": race_summary(trace, ar, drawing_shared=True) + note,
             "runs": {"trace": trace, "ar": ar},
             "iteration": opened_at(trace),
+            "activity": None,
         }
 
     @user_errors
@@ -347,7 +335,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         "show_progress": "hidden",  # the images and counters are the progress; a spinner only costs CPU
     }
     shown = ["method_image", "method_counter", "ar_image", "ar_counter", "summary", "runs", "iteration"]
-    shown += ["downloads", "bars", "progress", "progress_title"]
+    shown += ["downloads", "bars", "progress", "progress_title", "activity"]
     return race, inputs, [outputs[name] for name in shown], options
 
 

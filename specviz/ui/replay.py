@@ -15,8 +15,7 @@ from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.models.settings import SettingsError
 from specviz.trace import Trace, TraceError
 from specviz.ui.controls import Controls, restored_controls
-from specviz.ui.inspection import opened_at
-from specviz.ui.service import decoder_for, export_folder, log, on_compute_thread, user_errors
+from specviz.ui.service import decoder_for, export_folder, log, on_compute_thread, opened_at, user_errors
 from specviz.viz.publication import FORMATS, write_figures
 
 

@@ -22,6 +22,7 @@ import gradio as gr
 import torch
 from PIL import Image
 
+from specviz import metrics
 from specviz.errors import USER_ERRORS
 from specviz.inputs import InputError, brief
 from specviz.models.errors import ModelUnavailable, UnknownModel
@@ -405,3 +406,9 @@ def server_address(environ: dict[str, str]) -> tuple[str, int]:
     if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:  # isdigit takes "²" and "٣"
         raise InputError(f"{variable} must be a port number from 1 to 65535, got {brief(value)}")
     return host, int(value)
+
+
+def opened_at(trace: Trace) -> dict:
+    """The iteration slider for a new run: its range, at the iteration Inspect opens on
+    (`metrics.opening_iteration`)."""
+    return gr.update(maximum=max(1, len(trace.iterations) - 1), value=metrics.opening_iteration(trace))

@@ -1,0 +1,49 @@
+"""What a session's long runs are doing, kept as typed values in `gr.State`, so that Stop can say what
+it stopped and how far it got without reading the page's text back. Race and Compare write their own
+activity as they go; Stop reads both and clears them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import gradio as gr
+
+
+@dataclass(frozen=True)
+class RaceActivity:
+    """Where a race stands: both runs racing, or both finished and being timed again undisturbed."""
+
+    phase: Literal["racing", "retiming"]
+    rounds_done: int = 0  # retiming: the undisturbed rounds finished so far
+
+
+RACING = RaceActivity("racing")
+
+
+def stopped(
+    race: RaceActivity | None,
+    comparing: bool | None,
+    summary: str | None,
+    method_counter: str | None,
+    ar_counter: str | None,
+) -> tuple:
+    """What Stop leaves in the race summary and in Compare's note, where one was running (the race's
+    counters as they stood; Compare's rows so far), and both activities cleared. A text never set arrives
+    as None."""
+    race_note = compare_note = gr.update()
+    if race is not None and race.phase == "retiming":  # both runs had finished; only their clocks were pending
+        result = (summary or "").partition("\n\n")[2]  # the summary below its "timing again" line
+        race_note = (
+            f"**Stopped** while timing the runs again ({race.rounds_done} rounds done): the seconds below come "
+            f"from those rounds only, or from the race itself where none had finished. Inspect still shows the "
+            f"previous run, if any.\n\n{result}"
+        )
+    elif race is not None:
+        race_note = (
+            f"**Stopped** before the end. How far it got: {method_counter or 'nothing yet'}; "
+            f"{ar_counter or 'nothing yet'}. Inspect still shows the previous run, if any."
+        )
+    if comparing:
+        compare_note = "**Stopped**: the table shows the runs that had finished, with their first, untimed clocks."
+    return race_note, compare_note, None, False
