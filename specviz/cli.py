@@ -321,10 +321,11 @@ def command_pass_cost(args: argparse.Namespace) -> int:
 
 
 def command_models(args: argparse.Namespace) -> int:
+    width = max(len(name) for name in MODELS)
     for entry in MODELS.values():
         reason = entry.offline()
         status = "available offline" if reason is None else f"not available offline: {reason}"
-        print(f"{entry.name:12s} {status}\n{'':12s} {entry.description}")
+        print(f"{entry.name:{width}s} {status}\n{'':{width}s} {entry.description}")
     return 0
 
 

@@ -2,8 +2,8 @@
 
 Each preset names a model, a method with its parameters, a prompt, a seed and (where the finding
 needs it) a temperature, with one paragraph saying what to look at. The numbers quoted were measured
-on `tiny` / `tiny-continuous` with the command given, seeds 0-4 unless said; the race then shows one
-of those runs.
+on the embedded models with the command given, seeds 0-4 unless said; the race then shows one of
+those runs.
 """
 
 from __future__ import annotations
@@ -48,15 +48,14 @@ PRESETS = (
         "**The SCD effect.** Under SJD most drafts left in the window change from one pass to the next "
         "(each is redrawn from a fresh sample), so little carries over; SCD-MC couples the draws so a "
         "draft stays put unless the distribution moved. Watch *drafts changed per iteration* in Inspect, "
-        "then press Compare. `red apple`, window 16, temperature 2, seeds 0-3: SJD 105.8 passes with 68% "
-        "of carried drafts changed, SCD-MC 94.0 with 56% (at temperature 1: 89.5 against 83.5). The "
-        "embedded model is more certain than the papers' (issue: a faithful stage), so the gap is smaller "
-        "than the SCD paper's.",
-        "tiny",
+        "then press Compare. It needs a model that is really uncertain: `tiny-uncertain` (four designs per "
+        "emoji, textured tokens), `red apple`, window 16, its default temperature 1, seeds 0-3: SJD 91.5 "
+        "passes with 70% of carried drafts changed, SCD-MC 80.5 with 48% (this run, seed 0: 86 passes "
+        "against SJD's 104). On the nearly certain `tiny` the two are within noise.",
+        "tiny-uncertain",
         "scd-mc",
         "red apple",
         params={"window": 16, "init": "random"},
-        temperature=2.0,
         compare=("sjd", "scd-mc"),
     ),
     Preset(

@@ -44,3 +44,17 @@ def test_the_runs_a_preset_quotes_are_what_the_model_does(tiny, key, nfe):
             current = current + 1 if iteration.accepted == 0 else 0
             longest = max(longest, current)
         assert longest == 83 and "stalls 83 passes" in preset.explanation
+
+
+def test_the_scd_preset_shows_the_effect_it_quotes_on_the_uncertain_model():
+    preset = PRESET_BY_KEY["scd-effect"]
+    model = get_entry(preset.model).load()
+    method, baseline = (
+        run(model, name, preset.prompt, preset.seed, params=preset.params) for name in ("scd-mc", "sjd")
+    )
+    assert (method.nfe, baseline.nfe) == (86, 104) and "86 passes against SJD's 104" in preset.explanation
+
+    def changed(trace) -> float:
+        return sum(it.changed for it in trace.iterations) / sum(it.carried for it in trace.iterations)
+
+    assert changed(method) < changed(baseline) - 0.1  # coupled redraws keep what SJD's fresh ones change

@@ -32,7 +32,7 @@ def _component(demo: gr.Blocks, label: str) -> gr.components.Component:
 
 
 def test_a_space_offers_both_embedded_models_and_an_owner_can_change_that(on_a_space, monkeypatch):
-    assert service.offered_models() == ["tiny", "tiny-continuous"] == service.startup_models()
+    assert service.offered_models() == ["tiny", "tiny-uncertain", "tiny-continuous"] == service.startup_models()
     assert service.default_model() == "tiny"
     monkeypatch.setenv(service.MODELS_ENV_VAR, "tiny-continuous, janus-pro")
     assert service.offered_models() == ["tiny-continuous", "janus-pro"]

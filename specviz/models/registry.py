@@ -6,6 +6,7 @@ its files, so the command line lists the models in its help without importing to
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,34 +46,45 @@ class ModelEntry:
         return self.known_prompts is _class_names
 
 
-def _tiny_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+def _tiny_load(name: str, weights: str | None = None, device: str = "cpu") -> ImageModel:
     from specviz.models.tiny.adapter import TinyModel
 
-    return TinyModel.load(weights, device)
+    return TinyModel.load(weights, device, name)
 
 
-def _tiny_offline() -> str | None:
-    from specviz.models.tiny.adapter import ASSETS, WEIGHT_FILES
+def _tiny_offline(name: str) -> str | None:
+    from specviz.models.tiny.adapter import SHIPPED, WEIGHT_FILES
 
-    missing = [name for name in WEIGHT_FILES if not (ASSETS / name).is_file()]
-    return f"missing {', '.join(missing)} in {ASSETS}" if missing else None
-
-
-def _tiny_sampling() -> SamplingSettings:
-    from specviz.models.tiny.adapter import ASSETS, read_summary
-
-    return read_summary(ASSETS)[1]
+    missing = [file for file in WEIGHT_FILES if not (SHIPPED[name] / file).is_file()]
+    return f"missing {', '.join(missing)} in {SHIPPED[name]}" if missing else None
 
 
-def _tiny_known_prompts() -> list[str]:
-    """assets/tiny/prompts.json: the names of the emoji the shipped weights were trained on."""
-    from specviz.models.tiny.adapter import ASSETS
+def _tiny_sampling(name: str) -> SamplingSettings:
+    from specviz.models.tiny.adapter import SHIPPED, read_summary
+
+    return read_summary(SHIPPED[name])[1]
+
+
+def _tiny_known_prompts(name: str = "tiny") -> list[str]:
+    """prompts.json beside the shipped weights: the names of the emoji they were trained on."""
+    from specviz.models.tiny.adapter import SHIPPED
 
     try:
-        names = json.loads((ASSETS / "prompts.json").read_text())
+        names = json.loads((SHIPPED[name] / "prompts.json").read_text())
     except (OSError, ValueError):
         return []
     return [name for name in names if isinstance(name, str)] if isinstance(names, list) else []
+
+
+def _tiny_entry(name: str, description: str) -> ModelEntry:
+    return ModelEntry(
+        name,
+        description,
+        functools.partial(_tiny_load, name),
+        functools.partial(_tiny_offline, name),
+        functools.partial(_tiny_sampling, name),
+        functools.partial(_tiny_known_prompts, name),
+    )
 
 
 def _tiny_continuous_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
@@ -229,13 +241,15 @@ def _llamagen_sampling(variant: str) -> Callable[[], SamplingSettings]:
 
 
 MODELS: dict[str, ModelEntry] = {
-    "tiny": ModelEntry(
+    "tiny": _tiny_entry(
         "tiny",
-        "embedded 12M-parameter text-to-emoji Llama over 1024 patch codes, 16x16 grid (OpenMoji, CC BY-SA 4.0)",
-        _tiny_load,
-        _tiny_offline,
-        _tiny_sampling,
-        _tiny_known_prompts,
+        "embedded 12M-parameter text-to-emoji Llama over 1024 patch codes, 16x16 grid: one design per emoji, "
+        "learnt by heart, so recognisable and nearly certain (OpenMoji, CC BY-SA 4.0)",
+    ),
+    "tiny-uncertain": _tiny_entry(
+        "tiny-uncertain",
+        "embedded 6M-parameter text-to-emoji Llama like tiny, trained on four designs per emoji with textured "
+        "tokens, so uncertain as real models are; vaguer drawings (OpenMoji, Noto, Twemoji, Fluent)",
     ),
     "tiny-continuous": ModelEntry(
         "tiny-continuous",

@@ -1,6 +1,7 @@
 """Whether the embedded model draws what it is asked for: each sample's nearest training images.
 
     python -m specviz.stage.recognition [--weights DIR] [--captions 200] [--seeds 2]
+    python -m specviz.stage.recognition --real     # the measure on real images of held-out designs
 
 For training captions (a fixed draw of `--captions` of them) and seeds 0..K-1 the model draws an image
 by AR at its default sampling; the sample is compared with every training image of every design by a
@@ -74,6 +75,18 @@ def recognised(model: TinyModel, captions: list[str], seeds: int, cache: Path) -
     return recognition(np.stack(drawn), asked, designs.images[training], reference_captions)
 
 
+def real_designs(cache: Path) -> Recognition:
+    """Recognition of the real held-out images (an emoji in one design, seen in training in its others)
+    among the training images: what the measure gives a model that draws new designs perfectly."""
+    from specviz.models.tiny.designs import build_design_set
+
+    designs = build_design_set(cache / "designs")
+    training, held = ~designs.held_out, designs.held_out
+    reference_captions = [c for c, kept in zip(designs.captions, training, strict=True) if kept]
+    asked = [c for c, out in zip(designs.captions, held, strict=True) if out]
+    return recognition(designs.images[held], asked, designs.images[training], reference_captions)
+
+
 def training_captions(cache: Path, count: int) -> list[str]:
     """A fixed draw of `count` captions that have a design in training."""
     from specviz.models.tiny.designs import build_design_set
@@ -91,7 +104,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--captions", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=Path(".cache"), help="where the emoji designs are kept")
+    parser.add_argument("--real", action="store_true", help="measure real images of held-out designs instead")
     args = parser.parse_args(argv)
+    if args.real:
+        print(f"real images of held-out designs: {real_designs(args.cache).summary()}")
+        return
     model = TinyModel.load(args.weights)
     found = recognised(model, training_captions(args.cache, args.captions), args.seeds, args.cache)
     print(f"{args.weights}: {found.summary()}")

@@ -40,7 +40,7 @@ MODELS_ENV_VAR = "SPECVIZ_MODELS"
 # the models that ship in assets/: small, offline, safe for anonymous visitors; offered on a Space by default.
 # They run on the CPU everywhere: at batch 1 a GPU pass of a model this small is bound by kernel launches, and
 # on ZeroGPU a GPU slot would cost each visitor's daily quota for nothing.
-EMBEDDED_MODELS = ("tiny", "tiny-continuous")
+EMBEDDED_MODELS = ("tiny", "tiny-uncertain", "tiny-continuous")
 
 try:  # ZeroGPU (Hugging Face Spaces): a GPU exists only inside functions decorated with spaces.GPU
     import spaces

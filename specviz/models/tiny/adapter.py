@@ -1,4 +1,6 @@
-"""The `tiny` model behind the protocol: MiniLM prompt prefix, Llama over 1024 patch codes, 16x16 grid."""
+"""The embedded text-to-emoji models behind the protocol: MiniLM prompt prefix, Llama over 1024 patch codes,
+16x16 grid. Two weights folders ship: `tiny` (one design per emoji, learnt by heart: recognisable and nearly
+certain) and `tiny-uncertain` (four designs per emoji and textured tokens: uncertain as real models are)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from specviz.models.tiny.tokenizer import PatchTokenizer
 from specviz.models.weights import NOT_IN_CHECKOUT, WeightsError, check_numbers, first_line, read_json, read_tensors
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets" / "tiny"
+SHIPPED = {"tiny": ASSETS, "tiny-uncertain": ASSETS.with_name("tiny-uncertain")}  # model name -> its folder
 BLANK = 224  # grey of cells not generated yet, visible against the emoji's white background
 WEIGHT_FILES = ("config.json", "model.safetensors", "codebook.safetensors")
 # used when a weights folder's config.json names no sampling defaults
@@ -83,9 +86,7 @@ def _tensors(folder: Path, name: str) -> dict[str, torch.Tensor]:
 
 
 class TinyModel:
-    """The embedded text-to-emoji model (`python -m specviz.models.tiny.train` reproduces it)."""
-
-    name = "tiny"
+    """An embedded text-to-emoji model (`python -m specviz.models.tiny.train` reproduces its weights)."""
 
     def __init__(
         self,
@@ -94,7 +95,9 @@ class TinyModel:
         device: torch.device,
         default_sampling: SamplingSettings = DEFAULT_SAMPLING,
         draft_head: DraftHead | None = None,
+        name: str = "tiny",
     ):
+        self.name = name
         self.network = network.eval().requires_grad_(False)
         self.draft_head = None if draft_head is None else draft_head.to(device).eval().requires_grad_(False)
         self.tokenizer = tokenizer
@@ -104,12 +107,14 @@ class TinyModel:
         self.geometry = Geometry.plain_grid(config.rows, config.cols, config.vocab_size)
 
     @classmethod
-    def load(cls, weights: str | Path | None = None, device: str = "cpu") -> TinyModel:
-        folder = Path(weights) if weights else ASSETS
-        missing = [name for name in WEIGHT_FILES if not (folder / name).is_file()]
+    def load(cls, weights: str | Path | None = None, device: str = "cpu", name: str = "tiny") -> TinyModel:
+        """The weights of a folder (default: the shipped ones of model `name`)."""
+        folder = Path(weights) if weights else SHIPPED[name]
+        missing = [file for file in WEIGHT_FILES if not (folder / file).is_file()]
         if missing:
-            remedy = NOT_IN_CHECKOUT if folder == ASSETS else "retrain with `python -m specviz.models.tiny.train`"
-            raise ModelUnavailable(f"tiny: {', '.join(missing)} missing in {folder}; {remedy}")
+            retrain = "retrain with `python -m specviz.models.tiny.train`"
+            remedy = NOT_IN_CHECKOUT if folder in SHIPPED.values() else retrain
+            raise ModelUnavailable(f"{name}: {', '.join(missing)} missing in {folder}; {remedy}")
         config, sampling = read_summary(folder)
         network = TinyTextToImage(config)
         state = {name: tensor.float() for name, tensor in _tensors(folder, "model.safetensors").items()}
@@ -131,7 +136,7 @@ class TinyModel:
             except WeightsError as error:
                 raise _unusable(folder, str(error)) from None
         place = torch.device(device)
-        return cls(network.to(place), PatchTokenizer(codebook.to(place)), place, sampling, head)
+        return cls(network.to(place), PatchTokenizer(codebook.to(place)), place, sampling, head, name)
 
     @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:

@@ -1,8 +1,11 @@
-"""Train the embedded `tiny` model: tokenizer, then generator; writes assets/tiny/.
+"""Train the embedded `tiny-uncertain` model: tokenizer, then generator; writes assets/tiny-uncertain/.
 
     python -m specviz.models.tiny.train --steps 50 --out /tmp/tiny   # a quick smoke run
     python -m specviz.models.tiny.train --out runs/tiny --checkpoints runs/tiny-ckpt   # the shipped run (CPU)
     python -m specviz.models.tiny.train --out runs/tiny --resume runs/tiny-ckpt   # continue it where it stopped
+
+(`tiny`, one design per emoji learnt by heart, came from this script's first version: `git show
+e3d4068:specviz/models/tiny/train.py`.)
 
 The data are built so that the model is uncertain for the two reasons real AR image models are
 (`specviz.models.tiny.designs`, README): a caption admits several images, since every emoji comes in up
@@ -54,7 +57,7 @@ MAX_SHIFT = 1  # translations of up to one whole patch (3 pixels) each way
 SHIFT_PROBABILITY = 0.5
 TEXTURE_TAU = 1.5  # the texture quantiser's temperature: about 0.8 nats per code on the training images
 CODEBOOK_SAMPLE = 400_000  # distinct training patches the k-means runs on
-ASSETS = Path(__file__).resolve().parents[3] / "assets" / "tiny"
+ASSETS = Path(__file__).resolve().parents[3] / "assets" / "tiny-uncertain"
 
 
 def learning_rate(step: int, steps: int, peak: float, warmup: int = 100) -> float:

@@ -1,7 +1,7 @@
-"""Train the EAGLE draft head of the embedded `tiny` model on tiny's own features; writes
+"""Train the EAGLE draft head of an embedded text-to-emoji model on its own features; writes
 head.safetensors and head.json next to its weights.
 
-    python -m specviz.models.tiny.train_head                 # the shipped head (assets/tiny)
+    python -m specviz.models.tiny.train_head                 # a head for tiny-uncertain (assets/tiny-uncertain)
     python -m specviz.models.tiny.train_head --steps 20 --out /tmp/head   # a quick smoke run
 
 As EAGLE trains its head: teacher forcing on the target's features. For every training image (the
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.models.draft_head import DraftHead
-from specviz.models.tiny.adapter import ASSETS, TinyModel
+from specviz.models.tiny.adapter import SHIPPED, TinyModel
 from specviz.models.tiny.data import shift_tokens
 from specviz.models.tiny.designs import build_design_set
 from specviz.models.tiny.tokenizer import patchify, sample_codes
@@ -72,7 +72,12 @@ def head_losses(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--weights", type=Path, default=ASSETS, help="tiny's weights folder (the head goes there)")
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        default=SHIPPED["tiny-uncertain"],
+        help="the model's weights folder (the head goes there)",
+    )
     parser.add_argument("--out", type=Path, help="write the head here instead of into --weights")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--batch-size", type=int, default=16, help="images per step (each gives two rows)")
