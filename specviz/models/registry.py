@@ -73,7 +73,7 @@ def _tiny_known_prompts(name: str = "tiny") -> list[str]:
         names = json.loads((SHIPPED[name] / "prompts.json").read_text())
     except (OSError, ValueError):
         return []
-    return [name for name in names if isinstance(name, str)] if isinstance(names, list) else []
+    return [entry for entry in names if isinstance(entry, str)] if isinstance(names, list) else []
 
 
 def _tiny_entry(name: str, description: str) -> ModelEntry:
