@@ -16,7 +16,7 @@ from functools import partial
 import torch
 
 from specviz.decoding import get_method, run
-from specviz.metrics import STALL_PASSES, has_trees, per_tree, stalls, verifies_drafts
+from specviz.metrics import STALL_PASSES, has_trees, per_tree, stalls
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
 from specviz.viz.narration import ratio_text
@@ -200,7 +200,7 @@ def bench(
         nfe = statistics.fmean(t.nfe for t in traces)
         tokens = statistics.fmean(len(t.tokens) for t in traces)
         seconds = statistics.fmean(t.seconds for t in traces)
-        passes = [it for t in traces for it in t.iterations if verifies_drafts(it)]
+        passes = [it for t in traces for it in t.iterations if it.verifies_drafts]
         forward_ms = sum(it.forward_ms for t in traces for it in t.iterations)
         carried = sum(it.carried for it in passes)
         stalled = [found for t in traces for found in stalls(t)]

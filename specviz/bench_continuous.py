@@ -121,7 +121,7 @@ def sweep(
             for prefill in prefills:
                 params = {"gamma": gamma, "prefill": prefill}
                 traces = [run(model, method, prompt, seed, sampling, params) for prompt, seed in cases]
-                steps = [it.continuous for t in traces for it in t.iterations]
+                steps = [it for t in traces for it in t.iterations]
                 rejections = [s for s in steps if "rejected" in s.fate]
                 sigmas = [
                     value

@@ -41,38 +41,18 @@ def iteration_at(trace: Trace, j: int) -> Iteration:
     return trace.iterations[j]
 
 
-def fates(iteration: Iteration) -> list[str]:
-    """What the window views colour each draft of one iteration by: its fate, except that a draft
-    verified for the first time and neither accepted nor rejected shows as new. A continuous pass's
-    drafts are accepted, rejected or discarded (after the rejection)."""
-    if iteration.continuous is not None:
-        return list(iteration.continuous.fate)
-    first_new = len(iteration.drafts) - len(iteration.new_init)
-    return [
-        "new" if offset >= first_new and fate not in ("accepted", "rejected") else fate
-        for offset, fate in enumerate(iteration.fate)
-    ]
-
-
 def window_size(trace: Trace) -> int:
     """Drafts in the widest window the run may verify: its `window` parameter, or the widest window it
     drafted where that is wider or the trace names none (a converted or hand-made trace). The window
     views draw their offsets on this fixed axis, so stepping through the run never rescales them."""
     param = trace.params.get("window")
     named = param if isinstance(param, int) and not isinstance(param, bool) else 0
-    return max(named, *(len(it.drafts) for it in trace.iterations))
-
-
-def verifies_drafts(iteration: Iteration) -> bool:
-    """A pass that verified drafts (a window or a tree), as opposed to one that only sampled a token."""
-    return (
-        bool(iteration.drafts) or iteration.tree is not None or bool(iteration.continuous and iteration.continuous.fate)
-    )
+    return max(named, 0, *(len(it.drafts) for it in trace.iterations if it.kind == "window"))
 
 
 def has_trees(trace: Trace) -> bool:
     """Whether the run verified draft trees (eagle2, peanut): the views that need a window do not apply."""
-    return any(it.tree is not None for it in trace.iterations)
+    return trace.kind == "tree"
 
 
 def opening_iteration(trace: Trace) -> int:
@@ -86,24 +66,24 @@ def opening_iteration(trace: Trace) -> int:
         return 0
     its = trace.iterations
     if has_trees(trace):
-        return max(range(len(its)), key=lambda j: (its[j].tree is not None, its[j].accepted, -j))
+        return max(range(len(its)), key=lambda j: (its[j].kind == "tree", its[j].accepted, -j))
     for j, it in enumerate(its):
-        if {"accepted", "rejected"} <= set(fates(it)):
+        if {"accepted", "rejected"} <= set(it.outcome()):
             return j
-    return max(range(len(its)), key=lambda j: (len(set(fates(its[j]))), -j))
+    return max(range(len(its)), key=lambda j: (len(set(its[j].outcome())), -j))
 
 
 def instructive_iterations(trace: Trace) -> list[int]:
     """The passes that accepted at least one draft: the ones worth stepping between, as most passes of a
     run at the default settings accept nothing and only fix one token, as AR would."""
-    return [j for j, it in enumerate(trace.iterations) if verifies_drafts(it) and it.accepted > 0]
+    return [j for j, it in enumerate(trace.iterations) if it.verifies_drafts and it.accepted > 0]
 
 
 def stalls(trace: Trace, minimum: int = STALL_PASSES) -> list[tuple[int, int]]:
     """(first iteration, length) of every run of at least `minimum` consecutive window or tree passes
     that accepted no draft: each fixed one token, as AR would, at the cost of a whole pass."""
     found, run_start = [], None
-    passes = [verifies_drafts(it) and it.accepted == 0 for it in trace.iterations]
+    passes = [it.verifies_drafts and it.accepted == 0 for it in trace.iterations]
     for index, idle in enumerate([*passes, False]):
         if idle and run_start is None:
             run_start = index
@@ -145,20 +125,6 @@ def on_grid(trace: Trace, values: np.ndarray, fill: object) -> np.ndarray:
     return grid.reshape(g.rows, g.cols)
 
 
-def tree_outcome(iteration: Iteration) -> list[str]:
-    """A tree pass's outcome per sequence position, as a window's would read: the accepted path's
-    positions accepted, then the token drawn after it `rejected` (resampled) where the tree's drafts
-    for that position were tested and refused, or nothing where the path ran to a leaf (that token was
-    drawn with no draft to test, as after a fully accepted window)."""
-    tree = iteration.tree
-    outcome = ["accepted"] * iteration.accepted
-    refused = any(
-        fate == "rejected" and depth == iteration.accepted + 1
-        for fate, depth in zip(tree.fate, tree.depths, strict=True)
-    )
-    return outcome + (["rejected"] if refused else [])
-
-
 def grid_state(trace: Trace, j: int) -> GridState:
     """The grid at iteration j: committed before it, its window (or its tree's outcome) by fate, then
     pending; the cells it commits are flagged (a token sampled after the window, or without drafts,
@@ -167,7 +133,7 @@ def grid_state(trace: Trace, j: int) -> GridState:
     length = len(trace.geometry.layout)
     state = np.full(length, "pending", dtype=object)
     state[: it.start] = "committed"
-    seen = tree_outcome(it) if it.tree is not None else fates(it)
+    seen = it.outcome()
     window = seen[: length - it.start]  # a malformed trace may draft past the sequence
     state[it.start : it.start + len(window)] = window
     end = it.start + len(it.committed)
@@ -187,18 +153,11 @@ def drafted_tokens(trace: Trace, j: int) -> list[int] | None:
     what the window held; None where a pass leaves no such draft (AR, a tree, a continuous pass, a
     window accepted whole)."""
     it = iteration_at(trace, j)
-    if it.tree is not None or it.continuous is not None:
+    if it.kind != "window":
         return None
     end = it.start + len(it.committed)
     guesses = it.drafts[len(it.committed) : len(trace.geometry.layout) - it.start]
     return trace.tokens[:end] + guesses if guesses and len(trace.tokens) >= end else None
-
-
-def _reach(iteration: Iteration) -> int:
-    """Positions from `start` that a pass drafted: its window, or its tree's levels."""
-    if iteration.tree is not None:
-        return max(iteration.tree.depths, default=0)
-    return len(fates(iteration))
 
 
 def acceptance_maps(trace: Trace) -> dict[str, np.ndarray]:
@@ -209,7 +168,7 @@ def acceptance_maps(trace: Trace) -> dict[str, np.ndarray]:
     run_length = np.full(length, np.nan)
     drafted_uncommitted = np.zeros(length + 1)  # +1 where such a span starts, -1 after it ends
     for index, it in enumerate(trace.iterations):
-        start, committed, window = it.start, len(it.committed), min(_reach(it), length - it.start)
+        start, committed, window = it.start, len(it.committed), min(it.reach(), length - it.start)
         iteration[start : start + committed] = index
         run_length[start : start + committed] = committed
         if window > committed:
@@ -232,8 +191,8 @@ def per_iteration(trace: Trace) -> dict[str, np.ndarray]:
         "committed": np.array([len(it.committed) for it in its], dtype=int),
         "changed": np.array([it.changed for it in its], dtype=int),
         "carried": np.array([it.carried for it in its], dtype=int),
-        "window": np.array([len(it.drafts) for it in its], dtype=int),
-        "new_drafts": np.array([len(it.new_init) for it in its], dtype=int),
+        "window": np.array([len(it.drafts) if it.kind == "window" else 0 for it in its], dtype=int),
+        "new_drafts": np.array([len(it.new_init) if it.kind == "window" else 0 for it in its], dtype=int),
         "forward_ms": np.array([it.forward_ms for it in its], dtype=float),
         "verify_ms": np.array([it.verify_ms for it in its], dtype=float),
     }
@@ -249,7 +208,7 @@ def depth_map(trace: Trace) -> np.ndarray:
     depth = np.full(len(trace.geometry.layout), np.nan)
     for it in trace.iterations:
         depth[it.start : it.start + len(it.committed)] = DRAWN_DEPTH
-        if it.tree is not None:
+        if it.kind == "tree":
             depth[it.start : it.start + it.accepted] = [it.tree.depths[node] for node in it.path]
     return on_grid(trace, depth, np.nan)
 
@@ -262,9 +221,11 @@ def tree_shape_maps(trace: Trace) -> dict[str, np.ndarray]:
     length = len(trace.geometry.layout)
     maps = {key: np.full(length, np.nan) for key in ("depth", "top_k", "alpha")}
     for it in trace.iterations:
+        if it.kind != "tree":
+            continue
         span = slice(it.start, it.start + len(it.committed))
         for key, value in (("depth", it.tree_depth), ("top_k", it.tree_top_k), ("alpha", it.alpha)):
-            if it.tree is not None and value is not None:
+            if value is not None:
                 maps[key][span] = value
     return {key: on_grid(trace, values, np.nan) for key, values in maps.items()}
 
@@ -274,14 +235,14 @@ def per_tree(trace: Trace) -> dict[str, np.ndarray]:
     accepted path and the token drawn after it, as the papers' tables count), `accepted` the path's
     length, the `depth` and `top_k` asked for, `levels` the depth the tree reached, `size` its nodes,
     `alpha` (NaN where the method records none) and the drafter's and the model's milliseconds."""
-    its = [(index, it) for index, it in enumerate(trace.iterations) if it.tree is not None]
+    its = [(index, it) for index, it in enumerate(trace.iterations) if it.kind == "tree"]
     return {
         "iteration": np.array([index for index, _ in its], dtype=int),
         "tau": np.array([len(it.committed) for _, it in its], dtype=int),
         "accepted": np.array([it.accepted for _, it in its], dtype=int),
-        "depth": np.array([it.tree_depth or _reach(it) for _, it in its], dtype=int),
+        "depth": np.array([it.tree_depth or it.reach() for _, it in its], dtype=int),
         "top_k": np.array([np.nan if it.tree_top_k is None else it.tree_top_k for _, it in its], dtype=float),
-        "levels": np.array([_reach(it) for _, it in its], dtype=int),
+        "levels": np.array([it.reach() for _, it in its], dtype=int),
         "size": np.array([len(it.tree.tokens) for _, it in its], dtype=int),
         "alpha": np.array([np.nan if it.alpha is None else it.alpha for _, it in its], dtype=float),
         "draft_ms": np.array([it.draft_ms for _, it in its], dtype=float),
@@ -321,7 +282,8 @@ def drawn_after(iteration: Iteration) -> int | None:
 
 def tree_of(trace: Trace, j: int) -> DraftTree | None:
     """Iteration j's draft tree, with a clear error for a bad j; None where it verified none."""
-    return iteration_at(trace, j).tree
+    it = iteration_at(trace, j)
+    return it.tree if it.kind == "tree" else None
 
 
 class Speedup(NamedTuple):
@@ -346,15 +308,14 @@ def timed_speedup(trace: Trace, ar: Trace) -> Speedup | None:
 def draft_acceptance(iterations: list[Iteration]) -> float | None:
     """A continuous run's accepted share of its tested drafts (CSpD's alpha); None where none was tested.
     A draft after the first rejection is discarded untested and does not count."""
-    tested = [f for it in iterations if it.continuous for f in it.continuous.fate if f != "discarded"]
+    tested = [f for it in iterations if it.kind == "continuous" for f in it.fate if f != "discarded"]
     return tested.count("accepted") / len(tested) if tested else None
 
 
 def only_the_draft_drew(iterations: list[Iteration]) -> bool:
     """Every token of these iterations drawn by a continuous pair's draft model, none verified (ar-draft)."""
     return bool(iterations) and all(
-        it.continuous is not None and not it.continuous.fate and set(it.continuous.source) <= {"draft"}
-        for it in iterations
+        it.kind == "continuous" and not it.fate and set(it.source) <= {"draft"} for it in iterations
     )
 
 

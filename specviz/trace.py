@@ -19,7 +19,7 @@ from specviz.decoding.catalogue import CATALOGUE
 from specviz.errors import TraceError
 from specviz.inputs import brief, read_bounded
 
-TRACE_VERSION = 2
+TRACE_VERSION = 3
 # the largest trace a real run writes is a few MB (Emu3 at 720p, 8,190 positions, W = 128: about 6 MB);
 # parsing is bounded by this, and memory with it
 MAX_TRACE_BYTES = 32 * 1024 * 1024
@@ -145,55 +145,76 @@ class DraftTree(_Strict):
         return fates
 
 
-class ContinuousStep(_Strict):
-    """One pass of a method on a continuous-token pair (ar, ar-draft, cspd, cspd-exact).
+class _Record(_Strict):
+    """What every pass records, whatever its kind: `start` the first sequence position it decided,
+    `committed` the tokens it fixed from there, `accepted` how many of them were drafts it accepted,
+    `forward_ms` the model pass, `draft_ms` the drafter's time, `verify_ms` the method's own work
+    (verification, redraws, new slots, cache cropping), `record_ms` the cost of writing the record.
 
-    Per drafted token: `log_ratio` the log of the ratio the method tests (cspd: log Sigma +
-    log p(x_0 | x_1^p) - log q(x_0 | x_1^q), the paper's Eq. 5; cspd-exact: log p(path) - log q(path)
-    along the draft's own trajectory), `log_sigma` cspd's variance term log Sigma (Eq. 4; None for
-    cspd-exact), `ratio` min(1, exp(log_ratio)), `uniform` the draw that decided it (None after the
-    first rejection: not tested), `fate`; `draft_path` the first two coordinates of the draft's
-    denoising trajectory x_T ... x_0, `target_path` those of the target's trajectory on the same noise
-    (cspd's alignment; None for cspd-exact, whose target is evaluated along the draft's own path).
-
-    Per committed token, `source`: drawn by the target alone (AR, pre-fill, the token after a fully
-    accepted draft), accepted from the `draft`, `resampled` after a rejection, or `capped` (resampling
-    reached its cap of tries and kept the last target proposal, not a draw of the residual); `ar-draft`
-    marks its tokens `draft`. `tries`
-    counts the target proposals drawn while resampling, `draft_passes` the draft model's passes.
+    Each kind answers the questions the views and metrics ask of a pass in its own terms (`outcome`,
+    `reach`, `rejects`, `verifies_drafts`), so nothing outside needs to know which kind it holds.
     """
 
-    log_ratio: _per_draft(float) = []
-    log_sigma: _per_draft(float) | None = None
-    ratio: _per_draft(Probability) = []
-    uniform: _per_draft(Probability | None) = []
-    fate: _per_draft(ContinuousFate) = []
-    draft_path: _per_draft(Annotated[list[Point], Field(max_length=MAX_PATH_POINTS)]) = []
-    target_path: _per_draft(Annotated[list[Point], Field(max_length=MAX_PATH_POINTS)]) | None = None
-    source: _per_draft(TokenSource)
-    tries: Count = 0
-    draft_passes: Count = 0
+    start: Count
+    committed: Annotated[list[Count], Field(max_length=MAX_DRAFTS + 1)]
+    accepted: Count = 0
+    forward_ms: Annotated[float, Field(ge=0.0)]
+    draft_ms: Annotated[float, Field(ge=0.0)] = 0.0
+    verify_ms: Annotated[float, Field(ge=0.0)] = 0.0
+    record_ms: Annotated[float, Field(ge=0.0)] = 0.0
+
+    @property
+    def verifies_drafts(self) -> bool:
+        """A pass that verified drafts, as opposed to one that only sampled a token."""
+        return False
+
+    def outcome(self) -> list[str]:
+        """What the grid shows at each position from `start` that the pass drafted: a window's fates
+        (a draft verified for the first time and neither accepted nor rejected shows as `new`)."""
+        return []
+
+    def reach(self) -> int:
+        """Positions from `start` that the pass drafted: its window, its tree's levels, its drafts."""
+        return len(self.outcome())
+
+    def rejects(self) -> bool:
+        """Whether a draft was tested and refused in this pass."""
+        return "rejected" in self.outcome()
+
+    def drafted_ids(self) -> list[int]:
+        """The token ids this pass drafted, to check them against the vocabulary."""
+        return []
+
+    @property
+    def changed(self) -> int:
+        """Drafts carried into the next window with another token (what SCD reduces)."""
+        return 0
+
+    @property
+    def carried(self) -> int:
+        """Drafts carried into the next window, changed or not."""
+        return 0
+
+    def _commits_path(self, what: str) -> None:
+        if len(self.committed) not in (self.accepted, self.accepted + 1):
+            raise ValueError(f"a {what} commits its accepted drafts and at most one token after them")
+
+
+class TokenRecord(_Record):
+    """A pass that drew one token and verified no draft: every pass of AR, and the first token of the
+    other methods (drawn from the prefill's distribution)."""
+
+    kind: Literal["token"] = "token"
 
     @model_validator(mode="after")
-    def _consistent(self) -> ContinuousStep:
-        n = len(self.fate)
-        per_draft = [self.log_ratio, self.ratio, self.uniform, self.draft_path]
-        optional = [values for values in (self.log_sigma, self.target_path) if values is not None]
-        if any(len(values) != n for values in per_draft + optional):
-            raise ValueError(f"log_ratio, ratio, uniform, draft_path (and log_sigma, target_path) need {n} entries")
-        accepted = self.fate.count("accepted")
-        expected = ["accepted"] * accepted + (["rejected"] if accepted < n else [])
-        if self.fate[: len(expected)] != expected or set(self.fate[len(expected) :]) - {"discarded"}:
-            raise ValueError("fate must be accepted drafts, then the first rejection, then discarded ones")
-        if any(u is None for u in self.uniform[: len(expected)]):
-            raise ValueError("every tested draft records the uniform that decided it")
-        if self.source[:accepted] != ["draft"] * accepted:
-            raise ValueError("committed tokens begin with the accepted drafts")
+    def _consistent(self) -> TokenRecord:
+        if self.accepted or len(self.committed) != 1:
+            raise ValueError("a token pass commits exactly one token and accepts no draft")
         return self
 
 
-class Iteration(_Strict):
-    """One model pass of a method (AR: one token).
+class WindowRecord(_Record):
+    """One pass of a Jacobi-window method (jacobi, sjd, scd-mc, scd-gs, lantern, gsd).
 
     Offsets are relative to `start`, the first sequence position of the window. Per verified draft:
     `drafts` the tokens, `p_old`/`p_new` their probabilities under the distribution they were drawn
@@ -206,26 +227,17 @@ class Iteration(_Strict):
     len(new_init) drafts, verified for the first time, came from (source position, -1 for none).
     `residual_top` lists (token, p_old, p_new) of the most likely tokens at the rejected position.
     Relaxed methods record the size and the target and draft masses of the group each draft was
-    accepted on. `committed` are the tokens fixed by this iteration, from `start` on. `forward_ms`
-    is the model pass, `verify_ms` the method's own work (verification, redraws, new slots, cache
-    cropping), `record_ms` the cost of writing this record.
-
-    A draft-tree method records no window: its pass is `tree`, `path` the accepted nodes from the
-    head's child down (`accepted` of them, committed first, then the exact token drawn after them),
-    `tree_depth` and `tree_top_k` the shape the method asked for (the tree may be shallower near the
-    end of the image or where the drafter ran out of candidates), `alpha` (PEANUT) the acceptance rate
-    of the tree that chose that shape, and `draft_ms` the drafter's time.
+    accepted on. `committed` are the accepted drafts and the token drawn after them.
     """
 
-    start: Count
-    drafts: _per_draft(Count) = []
-    p_old: _per_draft(Probability) = []
-    p_new: _per_draft(Probability) = []
-    ratio: _per_draft(Probability) = []
-    uniform: _per_draft(Probability | None) = []
-    tv: _per_draft(Probability | None) = []
-    fate: _per_draft(Fate) = []
-    accepted: Count = 0
+    kind: Literal["window"] = "window"
+    drafts: Annotated[list[Count], Field(min_length=1, max_length=MAX_DRAFTS)]
+    p_old: _per_draft(Probability)
+    p_new: _per_draft(Probability)
+    ratio: _per_draft(Probability)
+    uniform: _per_draft(Probability | None)
+    tv: _per_draft(Probability | None)
+    fate: _per_draft(Fate)
     rejected_at: Count | None = None
     resampled: Count | None = None
     residual_top: Annotated[list[tuple[Count, Probability, Probability]], Field(max_length=RESIDUAL_ENTRIES)] | None = (
@@ -236,20 +248,9 @@ class Iteration(_Strict):
     group_size: _per_draft(Count) | None = None
     group_mass_new: _per_draft(Probability) | None = None
     group_mass_old: _per_draft(Probability) | None = None
-    tree: DraftTree | None = None
-    path: _per_draft(Count) | None = None
-    tree_depth: Annotated[int, Field(ge=1)] | None = None
-    tree_top_k: Annotated[int, Field(ge=1)] | None = None
-    alpha: Probability | None = None
-    continuous: ContinuousStep | None = None
-    committed: Annotated[list[Count], Field(max_length=MAX_DRAFTS + 1)]
-    forward_ms: Annotated[float, Field(ge=0.0)]
-    draft_ms: Annotated[float, Field(ge=0.0)] = 0.0
-    verify_ms: Annotated[float, Field(ge=0.0)] = 0.0
-    record_ms: Annotated[float, Field(ge=0.0)] = 0.0
 
     @model_validator(mode="after")
-    def _consistent(self) -> Iteration:
+    def _consistent(self) -> WindowRecord:
         n = len(self.drafts)
         per_draft = [self.p_old, self.p_new, self.ratio, self.uniform, self.tv, self.fate]
         if any(len(values) != n for values in per_draft):
@@ -257,12 +258,6 @@ class Iteration(_Strict):
         groups = [self.group_size, self.group_mass_new, self.group_mass_old]
         if any(values is not None and len(values) != n for values in groups):
             raise ValueError(f"group_size and group masses need one entry per draft ({n})")
-        if self.tree is not None:
-            return self._consistent_tree()
-        if self.continuous is not None:
-            return self._consistent_continuous()
-        if any(value is not None for value in (self.path, self.tree_depth, self.tree_top_k, self.alpha)):
-            raise ValueError("path, tree_depth, tree_top_k and alpha belong to an iteration with a tree")
         if self.accepted > n or len(self.new_init) > n or len(self.new_source) != len(self.new_init):
             raise ValueError("accepted and new drafts cannot exceed the drafts; new_init and new_source pair up")
         if self.rejected_at is not None and self.rejected_at != self.accepted:
@@ -271,41 +266,68 @@ class Iteration(_Strict):
             raise ValueError("rejected_at and resampled are given together or not at all")
         if self.committed[: self.accepted] != self.drafts[: self.accepted]:
             raise ValueError("committed tokens must begin with the accepted drafts")
+        self._commits_path("window pass")
         expected = ["accepted"] * self.accepted + (["rejected"] if self.rejected_at is not None else [])
-        if n and (self.fate[: len(expected)] != expected or not set(self.fate[len(expected) :]) <= LATER_FATES):
+        if self.fate[: len(expected)] != expected or not set(self.fate[len(expected) :]) <= LATER_FATES:
             raise ValueError(
                 "fate must be accepted for the accepted drafts, rejected at the rejection, then kept, redrawn or reset"
             )
-        if n and self.rejected_at is None and len(expected) != n:
+        if self.rejected_at is None and len(expected) != n:
             raise ValueError("a window without a rejection accepts every draft")
         return self
 
-    def _consistent_continuous(self) -> Iteration:
-        step = self.continuous
-        if self.drafts or self.new_init or self.rejected_at is not None:
-            raise ValueError("a continuous iteration keeps its drafts in `continuous`, not in the window fields")
-        if any(token != 0 for token in self.committed) or len(step.source) != len(self.committed):
-            raise ValueError("a continuous iteration commits token id 0 per position, one source each")
-        if self.accepted != step.fate.count("accepted"):
-            raise ValueError("accepted must count the accepted drafts")
-        if len(self.committed) not in (self.accepted, self.accepted + 1):
-            raise ValueError("a continuous pass commits its accepted drafts and at most one token after them")
-        return self
+    @property
+    def verifies_drafts(self) -> bool:
+        return True
 
-    def _consistent_tree(self) -> Iteration:
+    def outcome(self) -> list[str]:
+        first_new = len(self.drafts) - len(self.new_init)
+        return [
+            "new" if offset >= first_new and fate not in ("accepted", "rejected") else fate
+            for offset, fate in enumerate(self.fate)
+        ]
+
+    def drafted_ids(self) -> list[int]:
+        return self.drafts
+
+    @property
+    def changed(self) -> int:
+        return self.fate.count("redrawn")
+
+    @property
+    def carried(self) -> int:
+        return self.fate.count("redrawn") + self.fate.count("kept")
+
+
+LATER_FATES = {"kept", "redrawn", "reset"}
+
+
+class TreeRecord(_Record):
+    """One pass of a draft-tree method (eagle2, peanut): its `tree`, `path` the accepted nodes from the
+    head's child down (`accepted` of them, committed first, then the exact token drawn after them),
+    `tree_depth` and `tree_top_k` the shape the method asked for (the tree may be shallower near the
+    end of the image or where the drafter ran out of candidates), `alpha` (PEANUT) the acceptance rate
+    of the tree that chose that shape; `draft_ms` is the drafter's time."""
+
+    kind: Literal["tree"] = "tree"
+    tree: DraftTree
+    path: _per_draft(Count)
+    tree_depth: Annotated[int, Field(ge=1)] | None = None
+    tree_top_k: Annotated[int, Field(ge=1)] | None = None
+    alpha: Probability | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TreeRecord:
         tree, path = self.tree, self.path
-        if self.drafts or self.new_init or self.rejected_at is not None:
-            raise ValueError("an iteration with a tree has no window drafts and no window rejection")
-        if path is None or self.accepted != len(path):
-            raise ValueError("an iteration with a tree gives its accepted path, `accepted` nodes long")
+        if self.accepted != len(path):
+            raise ValueError("a tree pass gives its accepted path, `accepted` nodes long")
         if any(node >= len(tree.tokens) for node in path):
             raise ValueError(f"path {path} names a node the tree does not have")
         if [tree.parents[node] for node in path] != [-1, *path][: len(path)]:
             raise ValueError(f"path {path} is not a path down from the head")
         if self.committed[: self.accepted] != [tree.tokens[node] for node in path]:
             raise ValueError("committed tokens must begin with the accepted path's tokens")
-        if len(self.committed) not in (self.accepted, self.accepted + 1):
-            raise ValueError("a tree pass commits its accepted path and at most one token after it")
+        self._commits_path("tree pass")
         if tree.fate != tree.fates_of(path):
             raise ValueError("node fates disagree with the accepted path")
         if self.tree_depth is not None and max(tree.depths, default=0) > self.tree_depth:
@@ -313,21 +335,98 @@ class Iteration(_Strict):
         return self
 
     @property
-    def changed(self) -> int:
-        """Drafts carried into the next window with another token (what SCD reduces)."""
-        return self.fate.count("redrawn")
+    def verifies_drafts(self) -> bool:
+        return True
+
+    def outcome(self) -> list[str]:
+        """Per sequence position, as a window's would read: the accepted path's positions accepted, then
+        the token drawn after it `rejected` (resampled) where the tree's drafts for that position were
+        tested and refused, or nothing where the path ran to a leaf (that token was drawn with no draft
+        to test, as after a fully accepted window)."""
+        refused = any(
+            fate == "rejected" and depth == self.accepted + 1
+            for fate, depth in zip(self.tree.fate, self.tree.depths, strict=True)
+        )
+        return ["accepted"] * self.accepted + (["rejected"] if refused else [])
+
+    def reach(self) -> int:
+        return max(self.tree.depths, default=0)
+
+    def rejects(self) -> bool:
+        return self.accepted < self.reach()
+
+    def drafted_ids(self) -> list[int]:
+        return self.tree.tokens
+
+
+class ContinuousRecord(_Record):
+    """One pass of a method on a continuous-token pair (ar, ar-draft, cspd, cspd-exact). Its committed
+    token ids are all 0: the values are the trace's `vectors`.
+
+    Per drafted token: `log_ratio` the log of the ratio the method tests (cspd: log Sigma +
+    log p(x_0 | x_1^p) - log q(x_0 | x_1^q), the paper's Eq. 5; cspd-exact: log p(path) - log q(path)
+    along the draft's own trajectory), `log_sigma` cspd's variance term log Sigma (Eq. 4; None for
+    cspd-exact), `ratio` min(1, exp(log_ratio)), `uniform` the draw that decided it (None after the
+    first rejection: not tested), `fate`; `draft_path` the first two coordinates of the draft's
+    denoising trajectory x_T ... x_0, `target_path` those of the target's trajectory on the same noise
+    (cspd's alignment; None for cspd-exact, whose target is evaluated along the draft's own path).
+
+    Per committed token, `source`: drawn by the target alone (AR, pre-fill, the token after a fully
+    accepted draft), accepted from the `draft`, `resampled` after a rejection, or `capped` (resampling
+    reached its cap of tries and kept the last target proposal, not a draw of the residual); `ar-draft`
+    marks its tokens `draft`. `tries` counts the target proposals drawn while resampling,
+    `draft_passes` the draft model's passes.
+    """
+
+    kind: Literal["continuous"] = "continuous"
+    log_ratio: _per_draft(float) = []
+    log_sigma: _per_draft(float) | None = None
+    ratio: _per_draft(Probability) = []
+    uniform: _per_draft(Probability | None) = []
+    fate: _per_draft(ContinuousFate) = []
+    draft_path: _per_draft(Annotated[list[Point], Field(max_length=MAX_PATH_POINTS)]) = []
+    target_path: _per_draft(Annotated[list[Point], Field(max_length=MAX_PATH_POINTS)]) | None = None
+    source: _per_draft(TokenSource)
+    tries: Count = 0
+    draft_passes: Count = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ContinuousRecord:
+        n = len(self.fate)
+        per_draft = [self.log_ratio, self.ratio, self.uniform, self.draft_path]
+        optional = [values for values in (self.log_sigma, self.target_path) if values is not None]
+        if any(len(values) != n for values in per_draft + optional):
+            raise ValueError(f"log_ratio, ratio, uniform, draft_path (and log_sigma, target_path) need {n} entries")
+        if any(token != 0 for token in self.committed) or len(self.source) != len(self.committed):
+            raise ValueError("a continuous pass commits token id 0 per position, one source each")
+        accepted = self.fate.count("accepted")
+        if self.accepted != accepted:
+            raise ValueError("accepted must count the accepted drafts")
+        self._commits_path("continuous pass")
+        expected = ["accepted"] * accepted + (["rejected"] if accepted < n else [])
+        if self.fate[: len(expected)] != expected or set(self.fate[len(expected) :]) - {"discarded"}:
+            raise ValueError("fate must be accepted drafts, then the first rejection, then discarded ones")
+        if any(u is None for u in self.uniform[: len(expected)]):
+            raise ValueError("every tested draft records the uniform that decided it")
+        if self.source[:accepted] != ["draft"] * accepted:
+            raise ValueError("committed tokens begin with the accepted drafts")
+        return self
 
     @property
-    def carried(self) -> int:
-        """Drafts carried into the next window, changed or not."""
-        return self.fate.count("redrawn") + self.fate.count("kept")
+    def verifies_drafts(self) -> bool:
+        return bool(self.fate)
+
+    def outcome(self) -> list[str]:
+        return list(self.fate)
 
 
-LATER_FATES = {"kept", "redrawn", "reset"}
+# one pass of a run, tagged by its kind; a run's passes are of one kind, after a first token pass
+Iteration = Annotated[TokenRecord | WindowRecord | TreeRecord | ContinuousRecord, Field(discriminator="kind")]
+RECORD_KINDS = ("token", "window", "tree", "continuous")
 
 
 class Trace(_Strict):
-    version: Literal[2] = TRACE_VERSION
+    version: Literal[3] = TRACE_VERSION
     model: RegistryName
     method: RegistryName
     lossless: bool
@@ -359,6 +458,12 @@ class Trace(_Strict):
     def continuous(self) -> bool:
         return self.vectors is not None
 
+    @property
+    def kind(self) -> str:
+        """What the run's passes verified: "window", "tree" or "continuous" drafts, or "token" where every
+        pass drew one token (AR on a discrete model)."""
+        return next((it.kind for it in self.iterations if it.kind != "token"), "token")
+
     @model_validator(mode="after")
     def _consistent(self) -> Trace:
         g = self.geometry
@@ -371,7 +476,10 @@ class Trace(_Strict):
             len(self.vectors) != len(self.tokens) or len({len(vector) for vector in self.vectors}) > 1
         ):
             raise ValueError("vectors need one value of the same size per token")
-        if (self.vectors is not None) != any(it.continuous is not None for it in self.iterations):
+        kinds = {it.kind for it in self.iterations} - {"token"}
+        if len(kinds) > 1:
+            raise ValueError(f"a run's passes are of one kind, not {' and '.join(sorted(kinds))}")
+        if (self.vectors is not None) != (kinds == {"continuous"}):
             raise ValueError("a continuous run has vectors and continuous iterations, a discrete run neither")
         if len(self.tokens) > len(g.layout):
             raise ValueError(f"{len(self.tokens)} tokens for a sequence of {len(g.layout)} positions")
@@ -387,10 +495,9 @@ class Trace(_Strict):
                 raise ValueError(
                     f"iteration {index} starts at {it.start}, but {position} tokens were committed before it"
                 )
-            if it.tree is not None and it.start + max(it.tree.depths, default=0) > len(g.layout):
+            if it.kind == "tree" and it.start + it.reach() > len(g.layout):
                 raise ValueError(f"iteration {index}: the tree drafts past the end of the sequence")
-            drafted = it.drafts + (it.tree.tokens if it.tree is not None else [])
-            if any(t >= g.vocab_size for t in drafted):
+            if any(t >= g.vocab_size for t in it.drafted_ids()):
                 raise ValueError(f"iteration {index}: drafts must be below vocab_size {g.vocab_size}")
             if self.tokens[position : position + len(it.committed)] != it.committed:
                 raise ValueError(f"iteration {index}: committed tokens disagree with the final tokens")
@@ -407,7 +514,7 @@ class Trace(_Strict):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Trace:
-        """Parse and validate; a version 1 trace is converted to version 2 on the way.
+        """Parse and validate; a version 1 or 2 trace is converted to version 3 on the way.
 
         The parser counts numbers and object members as it goes and stops at MAX_JSON_VALUES, so a file
         of one enormous list (which pydantic would build whole before checking its length) costs memory
@@ -418,6 +525,8 @@ class Trace(_Strict):
         data = _bounded_json(text)
         if isinstance(data, dict) and data.get("version") == 1:
             data = _upgrade_from_version_1(data)
+        if isinstance(data, dict) and data.get("version") == 2:
+            data = _upgrade_from_version_2(data)
         try:
             return cls.model_validate(data)
         except ValidationError as error:
@@ -471,9 +580,10 @@ def _bounded_json(text: str | bytes) -> object:
 
 
 def _upgrade_from_version_1(data: dict) -> dict:
-    """A version 1 trace as version 2. Version 1 kept no uniforms and no TV distances (None), and only
-    counted new drafts (origin "unknown"); kept and redrawn are read off the next window, which starts
-    with the drafts carried from this one. Anything malformed is left for validation to report."""
+    """A version 1 trace as version 2 (then converted to 3). Version 1 kept no uniforms and no TV
+    distances (None), and only counted new drafts (origin "unknown"); kept and redrawn are read off the
+    next window, which starts with the drafts carried from this one. Anything malformed is left for
+    validation to report."""
     iterations = data.get("iterations")
     if not isinstance(iterations, list) or not all(isinstance(it, dict) for it in iterations):
         return data
@@ -494,7 +604,40 @@ def _upgrade_from_version_1(data: dict) -> dict:
             ]
         it.update(fate=fate, uniform=[None] * len(drafts), tv=[None] * len(drafts))
         it.update(new_init=["unknown"] * new, new_source=[-1] * new)
-    return {**data, "version": TRACE_VERSION}
+    return {**data, "version": 2}
+
+
+# the fields of a version 2 iteration that each kind of record keeps (version 2 held them all in one record)
+_KEPT = {
+    kind: set(record.model_fields) - {"kind"}
+    for kind, record in zip(RECORD_KINDS, (TokenRecord, WindowRecord, TreeRecord, ContinuousRecord), strict=True)
+}
+
+
+def _upgrade_from_version_2(data: dict) -> dict:
+    """A version 2 trace as version 3. Version 2 kept every kind of pass in one record, its window fields
+    empty where a tree or a continuous step was given; each becomes the record of its kind, the
+    continuous step's fields moved up into it. An empty field of another kind is dropped; anything
+    else is left in place for validation to report."""
+    iterations = data.get("iterations")
+    if not isinstance(iterations, list) or not all(isinstance(it, dict) for it in iterations):
+        return data
+    converted = []
+    for it in iterations:
+        step = it.pop("continuous", None)
+        if isinstance(step, dict):
+            kind, it = "continuous", {**it, **step}
+        elif it.get("tree") is not None:
+            kind = "tree"
+        elif it.get("drafts"):
+            kind = "window"
+        else:
+            kind = "token"
+        unused = {name: value for name, value in it.items() if name not in _KEPT[kind]}
+        kept = {name: value for name, value in it.items() if name in _KEPT[kind]}
+        leftover = {name: value for name, value in unused.items() if value not in (None, [])}
+        converted.append({"kind": kind, **kept, **leftover})
+    return {**data, "version": TRACE_VERSION, "iterations": converted}
 
 
 def _describe(error: ValidationError) -> str:

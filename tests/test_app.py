@@ -367,9 +367,9 @@ def test_replay_restores_the_controls_and_opens_at_an_instructive_iteration(serv
     assert (temperature, top_k, top_p, guidance) == (0.9, 50, 0.95, 2.0)
     assert downloads is None and "controls now show its settings" in status
     opened = trace.iterations[iteration["value"]]
-    assert {"accepted", "rejected"} <= set(opened.fate)  # not iteration 0: the rule at work
+    assert {"accepted", "rejected"} <= set(opened.outcome())  # not iteration 0: the rule at work
     assert iteration["value"] == min(
-        j for j, it in enumerate(trace.iterations) if {"accepted", "rejected"} <= set(it.fate)
+        j for j, it in enumerate(trace.iterations) if {"accepted", "rejected"} <= set(it.outcome())
     )
     *_, race_plot, _ = client.predict(iteration["value"], "run_length", False, False, api_name="/refresh")
     figure = _figure(race_plot)
@@ -384,7 +384,7 @@ def test_inspect_opens_a_tree_run_at_its_deepest_path_and_steps_between_acceptan
     _, iteration, *_ = client.predict([handle_file(str(path))], False, False, api_name="/replay")
     accepted = [it.accepted for it in eagle2_trace.iterations]
     assert accepted[iteration["value"]] == max(accepted)
-    accepting = [j for j, n in enumerate(accepted) if n > 0 and eagle2_trace.iterations[j].tree is not None]
+    accepting = [j for j, n in enumerate(accepted) if n > 0 and eagle2_trace.iterations[j].kind == "tree"]
     assert client.predict(0, api_name="/next_acceptance") == accepting[0]
     assert client.predict(accepting[1], api_name="/previous_acceptance") == accepting[0]
     config = client.config

@@ -113,7 +113,7 @@ def test_each_continuous_method_makes_a_whole_image_and_a_valid_trace(pair, meth
     again = Trace.from_json(trace.to_json())
     assert again.vectors == trace.vectors and again.continuous
     assert pair.decode(trace.vectors).size == (12, 12)
-    steps = [it.continuous for it in trace.iterations]
+    steps = list(trace.iterations)
     if method.startswith("cspd"):
         prefilled = math.ceil(0.05 * 16)
         assert [s.source for s in steps[:prefilled]] == [["target"]] * prefilled
@@ -162,8 +162,8 @@ def test_malformed_continuous_records_are_refused(pair):
     with pytest.raises(TraceError, match="vectors"):
         Trace.from_json(json.dumps(data))
     data = trace.model_dump()
-    drafted = next(it for it in data["iterations"] if it["continuous"]["fate"])
-    drafted["continuous"]["fate"] = ["discarded"] * len(drafted["continuous"]["fate"])
+    drafted = next(it for it in data["iterations"] if it["fate"])
+    drafted["fate"] = ["discarded"] * len(drafted["fate"])
     with pytest.raises(TraceError, match="fate"):
         Trace.from_json(json.dumps(data))
 
@@ -228,7 +228,7 @@ def test_the_app_shows_a_continuous_run_with_its_own_views(pair):
     assert "cspd" not in controls.methods_for("tiny") and "sjd" in controls.methods_for("tiny")
     trace = run(pair, "cspd", "red apple", 0, params={"gamma": 3})
     j = metrics.opening_iteration(trace)
-    assert trace.iterations[j].continuous.fate  # opens on a pass with drafts, not on a pre-filled token
+    assert trace.iterations[j].fate  # opens on a pass with drafts, not on a pre-filled token
     bars, _, paths = inspection.iteration_views({"trace": trace}, j, False, False)
     assert bars["label"] == inspection.CONTINUOUS_LABELS["iteration"] and paths["visible"]
     assert "acceptance" in bars["value"].layout.title.text or "accepted" in bars["value"].layout.title.text
@@ -290,7 +290,7 @@ def test_inspect_adds_the_same_run_with_pre_filling_switched(pair, monkeypatch):
     runs = inspection.with_contrast({"trace": trace})
     second = runs["contrast"][0]
     assert (second.method, second.seed, second.params["prefill"]) == ("cspd", 0, 0.0)
-    assert second.iterations[0].continuous.fate and not trace.iterations[0].continuous.fate  # drafts from the start
+    assert second.iterations[0].fate and not trace.iterations[0].fate  # drafts from the start
     assert not inspection.contrast_label(runs)["visible"]  # added once
     _, _, by_step, _, _ = inspection.overview_figures(runs, "run_length", False, False)
     assert [line.name for line in by_step["value"].data] == ["cspd, pre-fill 25%", "cspd, pre-fill 0%"]

@@ -18,7 +18,7 @@ def _fates_match_the_next_window(trace: Trace) -> int:
     """Check every kept/redrawn fate against the token the next window holds there; count kept."""
     kept = 0
     for it, following in zip(trace.iterations[1:], trace.iterations[2:], strict=False):
-        if it.rejected_at is None:
+        if it.kind != "window" or it.rejected_at is None:
             continue
         for offset in range(it.accepted + 1, len(it.drafts)):
             position = it.start + offset
@@ -31,7 +31,7 @@ def _fates_match_the_next_window(trace: Trace) -> int:
 def test_scd_mc_trace_tells_kept_from_redrawn(tiny):
     trace = run(tiny, "scd-mc", "slice of pizza", seed=1, params={"window": 16})
     assert _fates_match_the_next_window(trace) > 0
-    windows = [it for it in trace.iterations if it.drafts]
+    windows = [it for it in trace.iterations if it.kind == "window"]
     assert {"accepted", "rejected", "kept", "redrawn"} <= {f for it in windows for f in it.fate}
     # the coupling's uniforms are recorded after the rejection too; TV in [0, 1] for every draft
     rejected = next(it for it in windows if it.rejected_at is not None and it.rejected_at < len(it.drafts) - 1)
@@ -47,27 +47,29 @@ def test_sjd_at_a_low_temperature_counts_a_redraw_to_the_same_token_as_kept(tiny
     redrawn = sum(it.changed for it in trace.iterations)
     assert kept > 0 and redrawn > 0  # an independent redraw that repeats the token is kept, not redrawn
     # SJD's later drafts were redrawn, not decided by a uniform: none is recorded for them
-    rejected = [it for it in trace.iterations if it.rejected_at is not None]
+    rejected = [it for it in trace.iterations if it.kind == "window" and it.rejected_at is not None]
     assert all(u is None for it in rejected for u in it.uniform[it.accepted + 1 :])
     assert all(it.residual_top and it.residual_top[0][0] >= 0 for it in rejected)
 
 
 def test_the_refined_draft_comes_from_the_row_after_the_window(tiny):
     trace = run(tiny, "sjd", "rocket", seed=2, params={"window": 4})
-    refined = [it for it in trace.iterations if "refined" in it.new_init]
+    windows = [it for it in trace.iterations if it.kind == "window"]
+    refined = [it for it in windows if "refined" in it.new_init]
     assert refined, "a rejected window hands the row after it to the next window"
     for it in refined:
         assert it.new_init[0] == "refined" and it.new_source[0] == -1
     plain = run(tiny, "sjd", "rocket", seed=2, params={"window": 4, "refine": False})
-    assert all("refined" not in it.new_init for it in plain.iterations)
-    assert {"random"} == {origin for it in plain.iterations for origin in it.new_init}
+    plain_windows = [it for it in plain.iterations if it.kind == "window"]
+    assert all("refined" not in it.new_init for it in plain_windows)
+    assert {"random"} == {origin for it in plain_windows for origin in it.new_init}
 
 
 def test_a_reset_in_a_stall_discards_the_drafts_after_the_rejection(tiny):
     params = {"window": 8, "init": "repeat-left", "reset_in_stall": 2}
     trace = run(tiny, "scd-mc", "slice of pizza", seed=3, params=params)
     assert len(trace.tokens) == 256
-    windows = [it for it in trace.iterations if it.drafts]
+    windows = [it for it in trace.iterations if it.kind == "window"]
     reset = [index for index, it in enumerate(windows) if "reset" in it.fate]
     assert reset, "this run stalls, so the option acts"
     for index in reset:  # only after two passes in a row accepted nothing, this one included
@@ -89,11 +91,11 @@ def test_new_drafts_record_their_source_cell(tiny, init):
         assert first_window.drafts[:16] == [trace.tokens[0]] * 16  # a row of copies of the first token
 
 
-def test_a_version_1_trace_loads_as_version_2():
+def test_a_version_1_trace_loads_as_version_3():
     trace = Trace.load(DATA / "trace-v1-scd-mc.json")
-    assert trace.version == 2 and trace.method == "scd-mc" and trace.nfe == 137
+    assert trace.version == 3 and trace.method == "scd-mc" and trace.nfe == 137 and trace.kind == "window"
     assert _fates_match_the_next_window(trace) > 0
-    windows = [it for it in trace.iterations if it.drafts]
+    windows = [it for it in trace.iterations if it.kind == "window"]
     assert all(len(it.fate) == len(it.drafts) and it.tv == [None] * len(it.drafts) for it in windows)
     assert {origin for it in windows for origin in it.new_init} == {"unknown"}
     assert Trace.from_json(trace.to_json()) == trace

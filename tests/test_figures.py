@@ -12,7 +12,7 @@ from PIL import Image
 
 import specviz
 from specviz.cli import main
-from specviz.metrics import acceptance_maps, fates, grid_state, tokens_through
+from specviz.metrics import acceptance_maps, grid_state, tokens_through
 from specviz.trace import Trace
 from specviz.viz.palette import STATES, colors
 from specviz.viz.publication import (
@@ -145,8 +145,9 @@ def test_window_draws_the_apps_grid_state_and_ratios(style):
     it = trace.iterations[50]
     bars, strip = bars_ax.patches[: len(it.drafts)], bars_ax.patches[len(it.drafts) :]
     assert [bar.get_height() for bar in bars] == pytest.approx(it.ratio)
+    expected = [palette[name].upper() for name in it.outcome()]
     for patches in (bars, strip):
-        assert [to_hex(bar.get_facecolor()).upper() for bar in patches] == [palette[name].upper() for name in fates(it)]
+        assert [to_hex(bar.get_facecolor()).upper() for bar in patches] == expected
 
 
 def test_acceptance_map_draws_the_apps_maps():

@@ -81,7 +81,7 @@ def test_the_long_toy_carries_drafts_through_two_or_more_passes():
         trace = run(model, "sjd", "toy", seed, model.default_sampling, {"window": model.window})
         verified: dict[int, int] = {}
         for it in trace.iterations:
-            for offset in range(len(it.drafts)):
+            for offset in range(it.reach()):
                 if trace.geometry.layout[it.start + offset] == -1:  # image cells, not forced slots
                     verified[it.start + offset] = verified.get(it.start + offset, 0) + 1
         verified_thrice += sum(count >= 3 for count in verified.values())

@@ -148,7 +148,7 @@ def test_a_target_pass_conditions_each_draft_on_the_drafts_before_it():
     target = random_mar(0)
     twin = MarPair("mar-l", target, copy.deepcopy(target), small_vae(), torch.device("cpu"))
     trace = run(twin, "cspd-exact", "3", 2, params={"gamma": 5, "prefill": 0.0})
-    ratios = [r for it in trace.iterations if it.continuous.ratio for r in it.continuous.ratio]
+    ratios = [r for it in trace.iterations for r in it.ratio]
     assert len(ratios) >= SMALL.seq_len // 2 and min(ratios) > 0.99  # float32 densities of paths near 1e4
     session = twin.session("3", 3.0, seed=2).target
     drafts = torch.randn(5, SMALL.token_dim)

@@ -4,7 +4,10 @@ from pathlib import Path
 import pytest
 
 from specviz.decoding import run
-from specviz.trace import MAX_TRACE_BYTES, Trace, TraceError
+from specviz.trace import MAX_TRACE_BYTES, TRACE_VERSION, Trace, TraceError
+
+DATA = Path(__file__).parent / "data"
+EXAMPLES = Path(__file__).parents[1] / "specviz" / "data" / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -15,6 +18,12 @@ def trace(tiny) -> Trace:
 @pytest.fixture
 def data(trace) -> dict:
     return json.loads(trace.to_json())
+
+
+@pytest.fixture
+def window_data() -> dict:
+    """A shipped SJD run: a token pass, then window passes."""
+    return json.loads((EXAMPLES / "red-apple-sjd.json").read_text())
 
 
 def test_round_trip(trace, tmp_path):
@@ -55,9 +64,9 @@ def test_unknown_field(data):
     _rejected(data, "Extra inputs are not permitted")
 
 
-def test_wrong_shapes(data):
-    data["iterations"][0]["p_new"] = [0.5, 0.5]
-    _rejected(data, "one entry per draft")
+def test_wrong_shapes(window_data):
+    window_data["iterations"][1]["p_new"] = [0.5, 0.5]
+    _rejected(window_data, "one entry per draft")
 
 
 def test_token_out_of_vocabulary(data):
@@ -65,10 +74,9 @@ def test_token_out_of_vocabulary(data):
     _rejected(data, "token 5000 at position 0 must be an image token below 1024")
 
 
-def test_probability_out_of_range(data):
-    it = data["iterations"][0]
-    it.update(drafts=[1], p_old=[1.5], p_new=[0.5], ratio=[0.5])
-    _rejected(data, "less than or equal to 1")
+def test_probability_out_of_range(window_data):
+    window_data["iterations"][1]["p_old"][0] = 1.5
+    _rejected(window_data, "less than or equal to 1")
 
 
 def test_committed_tokens_must_agree(data):
@@ -141,9 +149,9 @@ def test_the_value_budget_is_counted_before_parsing(text, message):
 def test_a_version_1_count_is_not_expanded_beyond_its_window():
     """Version 1 kept an `accepted` count that conversion expands into fates: 10**12 of them would fill
     memory from a 200 KB upload. A count beyond the iteration's drafts is left for validation to refuse."""
-    data = json.loads((Path(__file__).parent / "data" / "trace-v1-scd-mc.json").read_text())
-    data["iterations"][0]["accepted"] = 10**12
-    _rejected(data, "accepted and new drafts cannot exceed the drafts")
+    data = json.loads((DATA / "trace-v1-scd-mc.json").read_text())
+    data["iterations"][1]["accepted"] = 10**12
+    _rejected(data, "iterations.1.window.uniform: Field required")  # left unconverted, and refused
 
 
 @pytest.mark.parametrize("where", ["version", "params-key", "prompt"])
@@ -163,6 +171,43 @@ def test_a_refusal_quotes_a_short_prefix_of_a_huge_value(data, where):
 @pytest.mark.parametrize("window", ["16", 10**9, 2.5, True])
 def test_a_known_methods_parameters_are_checked_by_its_parameter_class(window):
     """An upload whose SJD window is the text "16" loads, then breaks every view that counts on an int."""
-    data = json.loads((Path(__file__).parents[1] / "specviz" / "data" / "examples" / "red-apple-sjd.json").read_text())
+    data = json.loads((EXAMPLES / "red-apple-sjd.json").read_text())
     data["params"]["window"] = window
     _rejected(data, "params: window must be an integer from 1 to 128")
+
+
+@pytest.mark.parametrize(
+    "method, kinds",
+    [("ar", {"token"}), ("sjd", {"token", "window"}), ("eagle2", {"token", "tree"}), ("cspd", {"continuous"})],
+)
+def test_a_version_2_trace_loads_as_records_of_its_kind(method, kinds):
+    """Version 2 held every kind of pass in one record; each becomes the record of its kind, with every
+    number it had (a continuous step's fields moved up into its record)."""
+    old = json.loads((DATA / f"trace-v2-{method}.json").read_text())
+    trace = Trace.from_json(json.dumps(old))
+    assert trace.version == TRACE_VERSION == 3 and {it.kind for it in trace.iterations} == kinds
+    assert Trace.from_json(trace.to_json()) == trace
+    for before, after in zip(old["iterations"], trace.iterations, strict=True):
+        step = before.pop("continuous")
+        fields = {**before, **(step or {})}
+        mine = after.model_dump(mode="json")
+        assert all(fields[name] == value for name, value in mine.items() if name != "kind")
+        dropped = {name: value for name, value in fields.items() if name not in mine}
+        assert all(value in (None, []) for value in dropped.values()), dropped  # only empty fields of other kinds
+
+
+def test_a_record_holds_only_its_own_kinds_fields(window_data):
+    window_data["iterations"][0]["drafts"] = [1]  # the token pass
+    _rejected(window_data, "iterations.0.token.drafts: Extra inputs are not permitted")
+
+
+def test_a_record_of_an_unknown_kind_is_refused(window_data):
+    window_data["iterations"][1]["kind"] = "lookahead"
+    _rejected(window_data, "does not match any of the expected tags")
+
+
+def test_a_run_does_not_mix_kinds_of_passes():
+    data = json.loads((DATA / "trace-v2-eagle2.json").read_text())
+    window = json.loads((DATA / "trace-v2-sjd.json").read_text())["iterations"][1]
+    data["iterations"][1:2] = [window]
+    _rejected(data, "a run's passes are of one kind, not tree and window")

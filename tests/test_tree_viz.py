@@ -35,7 +35,7 @@ from specviz.metrics import (
     tree_layout,
     tree_shape_maps,
 )
-from specviz.trace import DraftTree, Iteration, Trace, TraceGeometry, TraceSampling
+from specviz.trace import DraftTree, TokenRecord, Trace, TraceGeometry, TraceSampling, TreeRecord
 from specviz.viz import (
     acceptance_map_figure,
     accepted_length_figure,
@@ -57,7 +57,7 @@ from specviz.viz.trees import NODES
 EXAMPLES = Path(specviz.__file__).parent / "data" / "examples"
 
 
-def _tree_pass(start, nodes, path, committed, depth, top_k, alpha=None) -> Iteration:
+def _tree_pass(start, nodes, path, committed, depth, top_k, alpha=None) -> TreeRecord:
     tokens, parents = [t for t, _ in nodes], [p for _, p in nodes]
     depths = []
     for parent in parents:
@@ -71,7 +71,7 @@ def _tree_pass(start, nodes, path, committed, depth, top_k, alpha=None) -> Itera
         p_target=[0.25] * len(nodes),
         fate=partial.fates_of(path),
     )
-    return Iteration(
+    return TreeRecord(
         start=start,
         tree=tree,
         path=path,
@@ -88,7 +88,7 @@ def _tree_pass(start, nodes, path, committed, depth, top_k, alpha=None) -> Itera
 @pytest.fixture(scope="module")
 def small() -> Trace:
     iterations = [
-        Iteration(start=0, committed=[1], forward_ms=0.0),
+        TokenRecord(start=0, committed=[1], forward_ms=0.0),
         _tree_pass(1, [(2, -1), (3, -1), (9, 0), (4, 2), (5, 2)], [0, 2], [2, 9, 6], 3, 2),
         _tree_pass(4, [(7, -1)], [0], [7], 3, 3, alpha=0.5),
     ]
@@ -165,7 +165,7 @@ def test_redraws_count_the_trees_that_drafted_a_cell_without_committing_it(eagle
     trace = eagle2_trace
     drafted = np.zeros(len(trace.tokens))
     for it in trace.iterations:
-        reached = max(it.tree.depths, default=0) if it.tree is not None else 0
+        reached = max(it.tree.depths, default=0) if it.kind == "tree" else 0
         drafted[it.start + len(it.committed) : it.start + reached] += 1
     cells = cell_of_position(trace)
     redraws = acceptance_maps(trace)["redraws"]
@@ -179,7 +179,7 @@ def test_shape_maps_show_the_tree_that_committed_each_cell(eagle2_trace, peanut_
     maps, committed_at = tree_shape_maps(peanut_trace), acceptance_maps(peanut_trace)["iteration"]
     for (r, c), depth in np.ndenumerate(maps["depth"]):
         it = peanut_trace.iterations[int(committed_at[r, c])]
-        assert (np.isnan(depth) and it.tree is None) or (
+        assert (np.isnan(depth) and it.kind != "tree") or (
             depth == it.tree_depth and maps["top_k"][r, c] == it.tree_top_k
         )
     assert len(np.unique(maps["depth"][~np.isnan(maps["depth"])])) > 1  # PEANUT adapts

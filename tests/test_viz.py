@@ -27,7 +27,6 @@ from specviz.decoding import run
 from specviz.metrics import (
     acceptance_maps,
     committed_before,
-    fates,
     grid_state,
     per_iteration,
     stalls,
@@ -35,7 +34,7 @@ from specviz.metrics import (
     tokens_through,
     window_size,
 )
-from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
+from specviz.trace import Iteration, TokenRecord, Trace, TraceGeometry, TraceSampling, WindowRecord
 from specviz.viz import (
     STATES,
     acceptance_map_figure,
@@ -75,9 +74,9 @@ def _trace(iterations: list[Iteration], layout: list[int], rows: int, cols: int,
     )
 
 
-def _window(start, drafts, accepted, new, later, committed, ratio) -> Iteration:
+def _window(start, drafts, accepted, new, later, committed, ratio) -> WindowRecord:
     rejected = accepted < len(drafts)
-    return Iteration(
+    return WindowRecord(
         start=start,
         drafts=drafts,
         p_old=[0.5] * len(drafts),
@@ -101,7 +100,7 @@ def _window(start, drafts, accepted, new, later, committed, ratio) -> Iteration:
 def trace() -> Trace:
     return _trace(
         [
-            Iteration(start=0, committed=[1], forward_ms=0.0),
+            TokenRecord(start=0, committed=[1], forward_ms=0.0),
             _window(1, [2, 3, 5, 6], 2, 4, ["redrawn"], [2, 3, 4], [0.5, 1.0, 0.25, 0.125]),
             _window(4, [7, 1, 2, 3], 1, 3, ["redrawn", "kept"], [7, 5], [1.0, 0.0, 0.5, 0.5]),
             _window(6, [6, 3, 1], 0, 1, ["kept", "redrawn"], [2], [0.25, 0.75, 1.0]),
@@ -115,7 +114,7 @@ def trace() -> Trace:
 
 @pytest.fixture(scope="module")
 def ar() -> Trace:
-    its = [Iteration(start=i, committed=[t], forward_ms=5.0) for i, t in enumerate(TOKENS)]
+    its = [TokenRecord(start=i, committed=[t], forward_ms=5.0) for i, t in enumerate(TOKENS)]
     return _trace(its, LAYOUT, rows=2, cols=4, method="ar", seconds=1.5)
 
 
@@ -123,7 +122,7 @@ def ar() -> Trace:
 def bonus() -> Trace:
     """A 1x3 grid whose one-draft window is accepted whole, so a token is sampled after it."""
     return _trace(
-        [Iteration(start=0, committed=[1], forward_ms=0.0), _window(1, [2], 1, 1, [], [2, 6], [0.9])],
+        [TokenRecord(start=0, committed=[1], forward_ms=0.0), _window(1, [2], 1, 1, [], [2, 6], [0.9])],
         [-1, -1, -1],
         rows=1,
         cols=3,
@@ -135,7 +134,7 @@ def test_trace_is_the_one_in_the_docstring(trace):
 
 
 def test_fates(trace):
-    assert [fates(it) for it in trace.iterations] == [
+    assert [it.outcome() for it in trace.iterations] == [
         [],
         ["accepted", "accepted", "rejected", "new"],
         ["accepted", "rejected", "new", "new"],
@@ -373,7 +372,7 @@ def test_stalls_are_long_runs_of_passes_that_accept_nothing():
     """Ten passes in a row reject their first draft and fix one token each; then one accepts both."""
     idle = [_window(start, [5, 5], 0, 2 if start == 1 else 1, ["redrawn"], [1], [0.0, 0.5]) for start in range(1, 11)]
     busy = _window(11, [1, 1], 2, 1, [], [1, 1, 1], [1.0, 1.0])
-    trace = _trace([Iteration(start=0, committed=[1], forward_ms=0.0), *idle, busy], [-1] * 14, rows=1, cols=14)
+    trace = _trace([TokenRecord(start=0, committed=[1], forward_ms=0.0), *idle, busy], [-1] * 14, rows=1, cols=14)
     assert stalls(trace) == [(1, 10)]  # iterations 1..10; iteration 0 has no window and is not a pass
     assert stalls(trace, minimum=11) == []
     assert stalls(trace, minimum=1) == [(1, 10)]
@@ -382,7 +381,7 @@ def test_stalls_are_long_runs_of_passes_that_accept_nothing():
 def test_exports_are_bounded_in_frames_and_size(tmp_path, monkeypatch):
     from specviz.viz import frames as frames_module
 
-    its = [Iteration(start=i, committed=[1], forward_ms=1.0) for i in range(500)]
+    its = [TokenRecord(start=i, committed=[1], forward_ms=1.0) for i in range(500)]
     long_run = _trace(its, [-1] * 500, rows=20, cols=25, method="ar")
     assert frames_module.export_iterations(500, 20) == sorted(set(frames_module.export_iterations(500, 20)))
     steps = frames_module.export_iterations(500, 20)
@@ -395,7 +394,7 @@ def test_exports_are_bounded_in_frames_and_size(tmp_path, monkeypatch):
         gif.seek(gif.n_frames - 1)
         assert gif.info["duration"] == 2000  # the finished image holds before the loop starts again
     wide = _trace(
-        [Iteration(start=0, committed=[1], forward_ms=1.0)], [-1] * 2048, rows=1, cols=2048, method="ar", nfe=1
+        [TokenRecord(start=0, committed=[1], forward_ms=1.0)], [-1] * 2048, rows=1, cols=2048, method="ar", nfe=1
     )
     with pytest.raises(frames_module.ExportError, match="too wide to animate"):
         frames_module.write_animation(wide, lambda j: None, [tmp_path / "wide.gif"])
@@ -417,7 +416,7 @@ def test_window_figure_shows_each_drafts_recorded_fate(sjd):
     palette = colors()
     shown = set()
     for j, it in enumerate(sjd.iterations):
-        if not it.drafts:
+        if it.kind != "window":
             continue
         bars = _window_traces(window_figure(sjd, j))["window"]
         for offset, (fate, color, hover) in enumerate(zip(it.fate, bars.marker.color, bars.customdata, strict=True)):
@@ -431,8 +430,9 @@ def test_window_figure_shows_each_drafts_recorded_fate(sjd):
 
 
 def test_window_offset_axis_is_the_runs_window(sjd):
-    full = next(j for j, it in enumerate(sjd.iterations) if len(it.drafts) == 16)
-    short = next(j for j, it in enumerate(sjd.iterations) if 0 < len(it.drafts) < 16)
+    windows = [(j, it) for j, it in enumerate(sjd.iterations) if it.kind == "window"]
+    full = next(j for j, it in windows if len(it.drafts) == 16)
+    short = next(j for j, it in windows if len(it.drafts) < 16)
     assert window_size(sjd) == sjd.params["window"] == 16
     for j in (0, full, short):  # no drafts, a full window, one cut short by the end of the image: one axis
         fig = window_figure(sjd, j)
@@ -442,7 +442,8 @@ def test_window_offset_axis_is_the_runs_window(sjd):
 
 
 def test_large_type_enlarges_the_bars_subtitle_and_keeps_the_rejected_label_off_the_axis(sjd):
-    j, it = next((j, it) for j, it in enumerate(sjd.iterations) if it.rejected_at is not None and it.rejected_at < 4)
+    windows = ((j, it) for j, it in enumerate(sjd.iterations) if it.kind == "window")
+    j, it = next((j, it) for j, it in windows if it.rejected_at is not None and it.rejected_at < 4)
     for large in (False, True):
         fig = window_figure(sjd, j, large=large)
         subtitle = next(a for a in fig.layout.annotations if a.text == RATIO_TITLE[large])
@@ -460,9 +461,8 @@ def test_large_type_enlarges_the_bars_subtitle_and_keeps_the_rejected_label_off_
 
 
 def test_rejected_draft_is_marked_however_small_its_ratio(sjd):
-    j, it = next(
-        (j, it) for j, it in enumerate(sjd.iterations) if it.rejected_at is not None and it.ratio[it.rejected_at] < 0.01
-    )
+    windows = ((j, it) for j, it in enumerate(sjd.iterations) if it.kind == "window")
+    j, it = next((j, it) for j, it in windows if it.rejected_at is not None and it.ratio[it.rejected_at] < 0.01)
     fig = window_figure(sjd, j)
     traces = _window_traces(fig)
     r = it.rejected_at
@@ -470,7 +470,7 @@ def test_rejected_draft_is_marked_however_small_its_ratio(sjd):
     assert list(traces["rejected"].x) == [r] and traces["rejected"].marker.symbol == "x"
     (label,) = [a for a in fig.layout.annotations if a.text == "rejected"]
     assert (label.x, label.bordercolor) == (r, colors()["rejected"]) and label.ay >= 0.5
-    accepted_all = next(j for j, it in enumerate(sjd.iterations) if it.drafts and it.rejected_at is None)
+    accepted_all = next(j for j, it in enumerate(sjd.iterations) if it.kind == "window" and it.rejected_at is None)
     assert "rejected" not in _window_traces(window_figure(sjd, accepted_all))
 
 
@@ -506,7 +506,7 @@ def test_the_race_overlay_shows_the_windows_guesses_as_faded_pixels_of_their_dra
 
     examples = Path(__file__).resolve().parents[1] / "specviz" / "data" / "examples"
     sjd = Trace.from_json((examples / "red-apple-sjd.json").read_text())
-    j = next(k for k, it in enumerate(sjd.iterations) if len(it.drafts) > len(it.committed) + 2)
+    j = next(k for k, it in enumerate(sjd.iterations) if it.reach() > len(it.committed) + 2)
     it = sjd.iterations[j]
     end = it.start + len(it.committed)
     guessed = drafted_tokens(sjd, j)

@@ -14,13 +14,13 @@ import torch
 from specviz.decoding.params import NoParameters
 from specviz.models.protocol import Session
 from specviz.models.settings import SamplingSettings
-from specviz.trace import Iteration
+from specviz.trace import TokenRecord
 
 
 def iterate(
     session: Session, sampling: SamplingSettings, generator: torch.Generator, params: NoParameters
-) -> Iterator[Iteration]:
-    """Yield one Iteration per token; position i is sampled from p(. | tokens before i). Each token is
+) -> Iterator[TokenRecord]:
+    """Yield one record per token; position i is sampled from p(. | tokens before i). Each token is
     fed to the model when the next one needs it, so a live run has made as many passes as it has
     tokens (the prefill gives the first) and the last token costs no pass."""
     logits = session.next_logits
@@ -31,4 +31,4 @@ def iterate(
             logits = session.forward(token)[0]
             session.commit(1)
         token = torch.multinomial(sampling.probabilities(logits), 1, generator=generator)
-        yield Iteration(start=position, committed=[int(token)], forward_ms=(time.perf_counter() - started) * 1000)
+        yield TokenRecord(start=position, committed=[int(token)], forward_ms=(time.perf_counter() - started) * 1000)

@@ -12,18 +12,18 @@ from specviz.decoding.denoising import alone
 from specviz.decoding.params import NoParameters
 from specviz.models.continuous import PairSession
 from specviz.models.settings import SamplingSettings
-from specviz.trace import Iteration
+from specviz.trace import ContinuousRecord
 
 
 def iterate(
     pair: PairSession, sampling: SamplingSettings, generator: torch.Generator, params: NoParameters
-) -> Iterator[tuple[Iteration, torch.Tensor]]:
+) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
     """The target alone."""
     yield from alone(pair.target, sampling, generator, "target")
 
 
 def iterate_draft(
     pair: PairSession, sampling: SamplingSettings, generator: torch.Generator, params: NoParameters
-) -> Iterator[tuple[Iteration, torch.Tensor]]:
+) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
     """The draft alone, for reference: not the target's distribution."""
     yield from alone(pair.draft, sampling, generator, "draft")

@@ -32,12 +32,12 @@ from specviz.decoding.params import SpeculativeParameters
 from specviz.models.continuous import PairSession
 from specviz.models.diffusion_head import Path, gaussian_log_density
 from specviz.models.settings import SamplingSettings
-from specviz.trace import Iteration
+from specviz.trace import ContinuousRecord
 
 
 def iterate(
     pair: PairSession, sampling: SamplingSettings, generator: torch.Generator, params: SpeculativeParameters
-) -> Iterator[tuple[Iteration, torch.Tensor]]:
+) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
     yield from speculative_decoding(
         pair, sampling, generator, params, partial(verdict, pair, sampling, generator, params)
     )

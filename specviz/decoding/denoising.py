@@ -14,7 +14,7 @@ from specviz.decoding.params import SpeculativeParameters
 from specviz.models.continuous import ContinuousSession, PairSession, sample_noise
 from specviz.models.diffusion_head import Path
 from specviz.models.settings import SamplingSettings
-from specviz.trace import ContinuousStep, Iteration
+from specviz.trace import ContinuousRecord
 
 PATH_DECIMALS = 4
 RESAMPLE_BATCH = 32  # proposals drawn at once while resampling
@@ -82,7 +82,7 @@ def alone(
     generator: torch.Generator,
     source: str,
     stop: int | None = None,
-) -> Iterator[tuple[Iteration, torch.Tensor]]:
+) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
     """Each position (up to `stop`) sampled from the session's model given the tokens before it,
     yielded with the token (1, d). A token's pass feeds the previous token, so an image costs the
     prefill and one pass per token after the first; the last token is left unseen by the session."""
@@ -91,9 +91,12 @@ def alone(
         started = time.perf_counter()
         path = draw_fresh(session, feed(session, pending), sampling, generator, span(position, 1))
         pending.append(path.tokens[0])
-        step = ContinuousStep(source=[source], draft_passes=1 if source == "draft" else 0)
         step_ms = (time.perf_counter() - started) * 1000
-        yield Iteration(start=position, committed=[0], continuous=step, forward_ms=step_ms), path.tokens
+        draft_passes = 1 if source == "draft" else 0
+        record = ContinuousRecord(
+            start=position, committed=[0], source=[source], draft_passes=draft_passes, forward_ms=step_ms
+        )
+        yield record, path.tokens
 
 
 def draft_tokens(
@@ -190,7 +193,7 @@ def speculative_decoding(
     generator: torch.Generator,
     params: SpeculativeParameters,
     verify: Verify,
-) -> Iterator[tuple[Iteration, torch.Tensor]]:
+) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
     """The loop both CSpD variants share (the paper's Algorithm 1 around its acceptance rule): the
     target alone draws the pre-filled share of tokens; then per pass the draft proposes gamma tokens,
     the target conditions them in one pass, `verify` rates them, the first rejection (uniform above
@@ -236,7 +239,11 @@ def speculative_decoding(
         to_target.extend(committed[accepted:])
 
         tested = min(accepted + 1, gamma)
-        step = ContinuousStep(
+        done = time.perf_counter()
+        record = ContinuousRecord(
+            start=position,
+            committed=[0] * len(committed),
+            accepted=accepted,
             log_ratio=verdict.log_ratio.tolist(),
             log_sigma=None if verdict.log_sigma is None else verdict.log_sigma.tolist(),
             ratio=ratio.tolist(),
@@ -247,16 +254,9 @@ def speculative_decoding(
             source=source,
             tries=tries,
             draft_passes=draft_passes,
-        )
-        done = time.perf_counter()
-        iteration = Iteration(
-            start=position,
-            committed=[0] * len(committed),
-            accepted=accepted,
-            continuous=step,
             draft_ms=(drafted - started) * 1000,
             forward_ms=(passed - drafted) * 1000,
             verify_ms=(done - passed) * 1000,
         )
-        yield iteration, torch.stack(committed)
+        yield record, torch.stack(committed)
         position += len(committed)

@@ -21,16 +21,18 @@ from specviz.decoding import (
     sjd,
 )
 from specviz.decoding.catalogue import CATALOGUE, MethodInfo, UnknownMethod, method_info
+from specviz.decoding.decoders import Decoder, TokenDecoder, VectorDecoder
 from specviz.decoding.drafters import check_needs
 from specviz.decoding.params import Parameters
 from specviz.decoding.sampling import neighbour_table
 from specviz.models.continuous import is_continuous
-from specviz.models.protocol import Session, UnsupportedMethod, token_vectors
-from specviz.trace import Iteration
+from specviz.models.protocol import ImageModel, Session, UnsupportedMethod, token_vectors
+from specviz.models.settings import SamplingSettings
+from specviz.trace import ContinuousRecord, Iteration
 
 __all__ = ["CONTINUOUS_METHODS", "METHODS", "Method", "UnknownMethod", "get_method"]
 
-# (session, sampling, generator, parameters) -> one Iteration per pass
+# (session, sampling, generator, parameters) -> one record per pass
 DISCRETE_LOOPS: dict[str, Callable[..., Iterator[Iteration]]] = {
     "ar": ar.iterate,
     "jacobi": jacobi.iterate,
@@ -44,7 +46,7 @@ DISCRETE_LOOPS: dict[str, Callable[..., Iterator[Iteration]]] = {
     "peanut-lantern": peanut.iterate_relaxed,
 }
 # on a continuous-token pair: (pair session, sampling, generator, parameters) -> (record, tokens (k, d)) per pass
-CONTINUOUS_LOOPS: dict[str, Callable[..., Iterator[tuple[Iteration, Any]]]] = {
+CONTINUOUS_LOOPS: dict[str, Callable[..., Iterator[tuple[ContinuousRecord, Any]]]] = {
     "ar": continuous_ar.iterate,
     "ar-draft": continuous_ar.iterate_draft,
     "cspd": cspd.iterate,
@@ -55,7 +57,7 @@ CONTINUOUS_LOOPS: dict[str, Callable[..., Iterator[tuple[Iteration, Any]]]] = {
 @dataclass(frozen=True, kw_only=True)
 class Method(MethodInfo):
     iterate: Callable[..., Iterator[Iteration]] | None = None
-    iterate_continuous: Callable[..., Iterator[tuple[Iteration, Any]]] | None = None
+    iterate_continuous: Callable[..., Iterator[tuple[ContinuousRecord, Any]]] | None = None
 
     def runs_on(self, model: object) -> Callable[..., Iterator]:
         """The method's loop for this model's kind of tokens; UnsupportedMethod where it has none."""
@@ -77,6 +79,16 @@ class Method(MethodInfo):
                 f"{getattr(model, 'name', 'this model')} has discrete tokens"
             )
         return self.iterate
+
+    def open(
+        self, model: ImageModel, prompt: str, seed: int, sampling: SamplingSettings, parameters: Parameters
+    ) -> Decoder:
+        """Start this method on `model` (the prefill runs here): the decoder of the model's kind of tokens,
+        whose `next` gives one record per pass. UnsupportedMethod where the method has no loop for it."""
+        loop = self.runs_on(model)
+        if is_continuous(model):
+            return VectorDecoder(model, loop, prompt, seed, sampling, parameters)
+        return TokenDecoder(model, loop, prompt, seed, sampling, parameters, self.prepare)
 
     def prepare(self, session: Session, parameters: Parameters) -> None:
         """Per-model work that is not part of decoding (a neighbour table), done before a run is timed;

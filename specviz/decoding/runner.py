@@ -11,7 +11,6 @@ import torch
 from specviz.decoding.params import Parameters
 from specviz.decoding.registry import get_method
 from specviz.inputs import check_prompt, check_seed
-from specviz.models.continuous import check_continuous_sampling, is_continuous
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
@@ -38,43 +37,24 @@ class RunStream:
         self.prompt = check_prompt(prompt)
         self.sampling = sampling or model.default_sampling
         self.params = self.spec.resolve(params)
-        iterate = self.spec.runs_on(model)  # a method for the other kind of tokens is refused here
-        self.continuous = is_continuous(model)
-        if self.continuous:
-            check_continuous_sampling(self.sampling)
-        generator = torch.Generator(device=model.device).manual_seed(seed)
-        started = time.perf_counter()
         with torch.inference_mode():
-            if self.continuous:  # a random-order pair draws its generation order from the seed
-                self.session = model.session(self.prompt, self.sampling.guidance_scale, seed=seed)
-            else:
-                self.session = model.session(self.prompt, self.sampling.guidance_scale)
-        self.prefill_ms = (time.perf_counter() - started) * 1000
-        if not self.continuous:
-            with torch.inference_mode():
-                self.spec.prepare(self.session, self.params)
+            self.decoder = self.spec.open(model, self.prompt, seed, self.sampling, self.params)
+        self.prefill_ms = self.decoder.prefill_ms
         self.elapsed = self.prefill_ms / 1000
         self.iterations: list[Iteration] = []
-        self.tokens: list[int] = []
-        self.vectors: list[list[float]] = []  # a continuous run's token values
-        self._steps = iterate(self.session, self.sampling, generator, self.params)
 
     def step(self) -> Iteration | None:
         """Advance one iteration; None once the image is complete."""
         started = time.perf_counter()
         with torch.inference_mode():
-            iteration = next(self._steps, None)
-            if self.continuous and iteration is not None:
-                iteration, values = iteration
-                self.vectors.extend(values.float().cpu().tolist())
+            iteration = self.decoder.next()
         self.elapsed += time.perf_counter() - started
         if iteration is not None:
             self.iterations.append(iteration)
-            self.tokens.extend(iteration.committed)
         return iteration
 
     def trace(self) -> Trace:
-        geometry = self.session.geometry if self.continuous else self.model.geometry
+        geometry = self.decoder.geometry
         return Trace(
             model=self.model.name,
             method=self.method,
@@ -95,19 +75,27 @@ class RunStream:
             seconds=self.elapsed,
             prefill_ms=self.prefill_ms,
             iterations=self.iterations,
-            vectors=self.vectors if self.continuous else None,
-            draft_nfe=self.session.draft.nfe if self.continuous and self.session.draft else None,
+            **self.decoder.trace_fields(),
         )
+
+    @property
+    def session(self) -> Any:
+        """The model's session (a continuous pair's: draft and target)."""
+        return self.decoder.session
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.decoder.tokens
 
     @property
     def order(self) -> tuple[int, ...] | None:
         """The cell order of a random-order model's run (for `decode_in_order`), else None."""
-        return self.session.geometry.order if self.continuous else None
+        return self.decoder.order
 
     @property
     def decodable(self) -> list[int] | list[list[float]]:
         """What `model.decode` takes for the image so far: the tokens, or a continuous run's vectors."""
-        return self.vectors if self.continuous else self.tokens
+        return self.decoder.decodable
 
 
 def run(

@@ -58,7 +58,7 @@ from specviz.decoding.window import PassClock
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.session import tree_structure
 from specviz.models.settings import SamplingSettings
-from specviz.trace import DraftTree, Iteration
+from specviz.trace import DraftTree, Iteration, TokenRecord, TreeRecord
 
 FATES = ("untested", "rejected", "accepted")  # fate codes 0, 1, 2 on the device
 
@@ -277,11 +277,11 @@ class TreeLoop:
     def done(self) -> bool:
         return self.head_position >= self.seq_len - 1
 
-    def first_record(self) -> Iteration:
+    def first_record(self) -> TokenRecord:
         """Position 0 is drawn from the prefill's distribution: exact, and no extra pass."""
-        return Iteration(start=0, committed=[int(self.head[0])], forward_ms=0.0)
+        return TokenRecord(start=0, committed=[int(self.head[0])], forward_ms=0.0)
 
-    def step(self) -> Iteration:
+    def step(self) -> TreeRecord:
         """Grow a tree below the head, verify it in one pass, commit the accepted path and the next token."""
         start = self.head_position + 1
         shape = self.shapes.shape(start)
@@ -318,7 +318,7 @@ class TreeLoop:
         verify_ms = self.clock.ms(forwarded, verified) + (time.perf_counter() - host_started) * 1000
 
         record_started = time.perf_counter()
-        record = Iteration.model_construct(
+        record = TreeRecord.model_construct(
             start=start,
             tree=DraftTree.model_construct(
                 tokens=tree.tokens,

@@ -29,7 +29,7 @@ from specviz.decoding.params import WindowParameters
 from specviz.decoding.sampling import sample, token_probs
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.settings import SamplingSettings
-from specviz.trace import Iteration
+from specviz.trace import Iteration, TokenRecord, WindowRecord
 
 RESIDUAL_TOP = 6  # tokens recorded at a rejected position, enough to draw its residual
 
@@ -161,7 +161,7 @@ class JacobiWindow:
 
     def first_record(self) -> Iteration:
         """Position 0 is drawn from the prefill's distribution: exact, and no extra pass."""
-        return Iteration(start=0, committed=[int(self.head[0])], forward_ms=0.0)
+        return TokenRecord(start=0, committed=[int(self.head[0])], forward_ms=0.0)
 
     def forward(self) -> WindowPass:
         """One model pass over [head, drafts]: the target rows of the draft positions and the next."""
@@ -238,7 +238,7 @@ def window_record(
     head_committed: bool,
     origins: tuple[list[str], list[int]],
     timing: tuple[float, float],
-) -> Iteration:
+) -> WindowRecord:
     """The record of one window pass from its numbers on the host: fates, the committed tokens (the
     accepted drafts, and the head unless the image ended), the origins of the drafts verified for the
     first time, and the pass's forward and verify milliseconds."""
@@ -254,7 +254,7 @@ def window_record(
     if uniform is not None:
         decided = w if verdict.uniform_decides_carried else min(accepted + 1, w)
         uniform = uniform[:decided] + [None] * (w - decided)
-    record = Iteration.model_construct(
+    record = WindowRecord.model_construct(
         start=start,
         drafts=host["drafts"],
         p_old=host["p_old"],

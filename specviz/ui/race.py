@@ -46,7 +46,7 @@ def counter(method: str, nfe: int, tokens: int, total: int, seconds: float) -> s
 
 def passes(stream: RunStream) -> int:
     """The passes so far of the model that draws the stream's tokens (the draft's for a draft alone)."""
-    if stream.continuous and metrics.only_the_draft_drew(stream.iterations):
+    if metrics.only_the_draft_drew(stream.iterations):
         return stream.session.draft.nfe
     return stream.session.nfe
 

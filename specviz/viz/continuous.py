@@ -51,8 +51,8 @@ def token_sources(trace: Trace, j: int | None = None) -> np.ndarray:
     last = len(trace.iterations) - 1 if j is None else j
     sources = np.full(len(trace.geometry.layout), "pending", dtype=object)
     for it in trace.iterations[: last + 1]:
-        drafted = bool(it.continuous.fate)
-        for offset, source in enumerate(it.continuous.source):
+        drafted = bool(it.fate)
+        for offset, source in enumerate(it.source):
             if not drafted:  # no draft was tested: a model drew this token on its own
                 source = "alone" if source == "target" else "unverified"
             sources[it.start + offset] = source
@@ -121,7 +121,7 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
         return _not_continuous(trace, "drafts and acceptance ratios", dark, large)
     it = trace.iterations[j]
     iteration_at(trace, j)
-    step = it.continuous
+    step = it
     head = f"iteration {j}/{len(trace.iterations) - 1}"
     if not step.fate:
         return message_figure(
@@ -185,7 +185,7 @@ def trajectory_figure(
         return _not_continuous(trace, title, dark, large)
     iteration_at(trace, j)
     it = trace.iterations[j]
-    step = it.continuous
+    step = it
     if not step.fate:
         return message_figure(
             f"iteration {j}: no drafts", "This pass drew its token with the target alone.", dark, large
@@ -238,7 +238,7 @@ def acceptance_by_step(trace: Trace, bins: int = POSITION_BINS) -> tuple[np.ndar
     edges = np.linspace(0, length, bins + 1).astype(int)
     accepted, tested = np.zeros(bins), np.zeros(bins)
     for it in trace.iterations:
-        for offset, fate in enumerate(it.continuous.fate):
+        for offset, fate in enumerate(it.fate):
             if fate != "discarded":
                 b = np.searchsorted(edges, it.start + offset, side="right") - 1
                 tested[b] += 1
@@ -251,7 +251,7 @@ def acceptance_by_step_figure(traces: list[Trace], dark: bool = False, large: bo
     """Acceptance by generation step for one or more runs (the paper's figure 11: with and without
     token pre-filling), each labelled with its method and pre-filled share."""
     title = "acceptance by generation step"
-    runs = [trace for trace in traces if trace.continuous and any(it.continuous.fate for it in trace.iterations)]
+    runs = [trace for trace in traces if trace.continuous and any(it.fate for it in trace.iterations)]
     if not runs:
         return (
             _not_continuous(traces[0], title, dark, large)

@@ -15,7 +15,6 @@ from specviz.metrics import (
     MAP_KINDS,
     acceptance_maps,
     draft_alone,
-    fates,
     grid_state,
     has_trees,
     per_iteration,
@@ -126,10 +125,10 @@ def window_title(trace: Trace, j: int) -> str:
     for a tree pass 'iteration 12/40: 59 drafts in a tree, 5 accepted, +1 drawn after them'."""
     it = trace.iterations[j]
     head = f"iteration {j}/{len(trace.iterations) - 1}"
-    if it.tree is not None:
+    if it.kind == "tree":
         drawn = ", +1 drawn after them" if len(it.committed) > it.accepted else ""
         return f"{head}: {len(it.tree.tokens)} drafts in a tree, {it.accepted} accepted{drawn}"
-    if not it.drafts:
+    if it.kind != "window":
         return f"{head}: no drafts, {len(it.committed)} token sampled"
     if it.rejected_at is None:
         bonus = len(it.committed) - it.accepted
@@ -163,7 +162,8 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
     it = trace.iterations[j]
     g = trace.geometry
     end = it.start + len(it.committed)
-    offset_of = {it.start + i: i for i in range(len(it.drafts))}
+    drafts = it.drafts if it.kind == "window" else []  # another kind of pass: an empty window
+    offset_of = {it.start + i: i for i in range(len(drafts))}
 
     def describe(position: int, state: str) -> str:
         """Hover text of one sequence position."""
@@ -181,7 +181,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         return "<br>".join(lines)
 
     grid_hover = np.vectorize(describe, otypes=[object])(grid.position, grid.state)
-    draft_fates = fates(it)
+    draft_fates = it.outcome() if drafts else []
     bar_hover = [describe(it.start + i, state) for i, state in enumerate(draft_fates)]
 
     fig = make_subplots(
@@ -201,9 +201,10 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         row=1,
         col=1,
     )
-    offsets = np.arange(len(it.drafts))
+    offsets = np.arange(len(drafts))
     fills = [palette[state] for state in draft_fates]
-    for y, base, name in ((it.ratio, None, "window"), ([STRIP] * len(offsets), -1.3 * STRIP, "fates")):
+    ratios = it.ratio if drafts else []
+    for y, base, name in ((ratios, None, "window"), ([STRIP] * len(offsets), -1.3 * STRIP, "fates")):
         # the ratios, and under them a strip of every draft's fate: a ratio of 0 still shows its fate
         fig.add_trace(
             go.Bar(
@@ -220,7 +221,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
             col=1,
         )
     width = window_size(trace)
-    if it.rejected_at is not None:  # its ratio is often about 0, no bar at all: cross it out and label it
+    if drafts and it.rejected_at is not None:  # its ratio is often about 0, no bar at all: cross it out and label it
         fig.add_trace(
             go.Scatter(
                 x=[it.rejected_at],
@@ -294,7 +295,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         title=OFFSET_TITLE if width else None,
     )
     fig.update_yaxes(zeroline=False, row=2, col=1, range=[-1.4 * STRIP, 1.05], tickvals=[0, 0.5, 1], title="ratio")
-    if not it.drafts:
+    if not drafts:
         fig.add_annotation(
             text="no drafts this iteration",
             x=(max(width, 1) - 1) / 2,

@@ -24,7 +24,7 @@ import numpy as np
 from PIL import GifImagePlugin, Image, ImageColor, ImageDraw, ImageFont
 
 from specviz.errors import ExportError
-from specviz.metrics import GridState, grid_state, has_trees, summary, verifies_drafts
+from specviz.metrics import GridState, grid_state, has_trees, summary
 from specviz.trace import Trace
 from specviz.viz.narration import ratio_text
 from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, colors, legend_states
@@ -312,7 +312,7 @@ class _SlideLayout(NamedTuple):
 def _legend_keys(traces: Sequence[Trace]) -> tuple[set[str], bool]:
     """What the legend of a slide lists, from the whole runs (not the frame), so it never changes
     between frames: the optional states some pass shows, and whether any run verified trees."""
-    shown = {fate for t in traces for it in t.iterations for fate in it.fate}
+    shown = {fate for t in traces for it in t.iterations if it.kind in ("window", "continuous") for fate in it.fate}
     return shown, any(has_trees(t) for t in traces)
 
 
@@ -324,7 +324,7 @@ def _slide_layout(traces: Sequence[Trace]) -> _SlideLayout:
     count = len(traces)
     width, height = SLIDE_SIZE
     legend = _legend_rows(slide_font(LEGEND_PX), LEGEND_PX, width - 2 * MARGIN, *_legend_keys(traces))
-    if not any(verifies_drafts(it) for t in traces for it in t.iterations):  # AR alone: no fates to explain
+    if not any(it.verifies_drafts for t in traces for it in t.iterations):  # AR alone: no fates to explain
         legend = [["committed", "pending", "outline"]]
     title_h = TITLE_LINE + SUBTITLE_LINE
     fixed_h = 2 * MARGIN + title_h + SECTION_GAP + LABEL_LINE + SECTION_GAP + len(legend) * LEGEND_LINE

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from specviz.metrics import STALL_PASSES, Speedup, fates, iteration_at, stalls, verifies_drafts
-from specviz.trace import Iteration, Trace
+from specviz.metrics import STALL_PASSES, Speedup, iteration_at, stalls
+from specviz.trace import ContinuousRecord, TokenRecord, Trace, TreeRecord, WindowRecord
 
 JUMPS = ("rejection", "long", "stall")  # what `jump` can look for
 
@@ -48,7 +48,11 @@ def _drafts(count: int, noun: str = "draft") -> str:
     return f"{count} {noun}{'s' if count != 1 else ''}"
 
 
-def _window_sentence(it: Iteration) -> str:
+def _token_sentence(it: TokenRecord) -> str:
+    return "no drafts to verify; the model drew one token, as AR does."
+
+
+def _window_sentence(it: WindowRecord) -> str:
     accepted, k = it.accepted, it.rejected_at
     head = f"{_drafts(accepted)} accepted" if accepted else "no draft accepted"
     if k is None:
@@ -65,20 +69,17 @@ def _window_sentence(it: Iteration) -> str:
             f"p_old = {_number(it.p_old[k])} gives a ratio of {_number(it.ratio[k])}, below the uniform draw "
             f"{_number(it.uniform[k])}, so a new token was drawn from the residual"
         )
-    shown = fates(it)
+    shown = it.outcome()
     carried = [(name, shown.count(name)) for name in ("kept", "redrawn", "new") if shown.count(name)]
     window = ", ".join(f"{count} {name}" for name, count in carried)
     rest = f". Left in the window for the next pass: {window}" if window else ""
     return f"{told}{rest}."
 
 
-def _tree_sentence(it: Iteration) -> str:
-    tree = it.tree
-    nodes, deepest = len(tree.tokens), max(tree.depths, default=0)
+def _tree_sentence(it: TreeRecord) -> str:
+    nodes, deepest = len(it.tree.tokens), it.reach()
     path = f"a path of {_drafts(it.accepted, 'node')} was accepted" if it.accepted else "no node was accepted"
-    refused = it.accepted < deepest and any(
-        fate == "rejected" and depth == it.accepted + 1 for fate, depth in zip(tree.fate, tree.depths, strict=True)
-    )
+    refused = "rejected" in it.outcome()
     why = f", every candidate at depth {it.accepted + 1} was refused," if refused else ""
     return (
         f"One pass verified a tree of {nodes} nodes, {deepest} deep: {path}{why} and the model drew one more "
@@ -86,22 +87,21 @@ def _tree_sentence(it: Iteration) -> str:
     )
 
 
-def _continuous_sentence(it: Iteration) -> str:
-    step = it.continuous
-    if not step.fate:
+def _continuous_sentence(it: ContinuousRecord) -> str:
+    if not it.fate:
         return "The target drew this token alone (pre-filled, or AR): no draft to verify."
-    gamma, accepted = len(step.fate), it.accepted
+    gamma, accepted = len(it.fate), it.accepted
     head = f"{_drafts(accepted)} of {gamma} accepted" if accepted else f"none of {gamma} drafts accepted"
     if accepted == gamma:
         return f"{head}: all; the target drew the next token itself."
     drawn = (
-        f"the cap of proposals was reached after {step.tries}, and a plain target draw was kept"
-        if step.source[-1] == "capped"
-        else f"its position was resampled ({step.tries} proposal{'s' if step.tries != 1 else ''} tried)"
+        f"the cap of proposals was reached after {it.tries}, and a plain target draw was kept"
+        if it.source[-1] == "capped"
+        else f"its position was resampled ({it.tries} proposal{'s' if it.tries != 1 else ''} tried)"
     )
     return (
         f"{head}; the {_ordinal(accepted + 1)} (offset {accepted}) was rejected (density ratio "
-        f"{_number(step.ratio[accepted])}, uniform {_number(step.uniform[accepted])}): {drawn}; the "
+        f"{_number(it.ratio[accepted])}, uniform {_number(it.uniform[accepted])}): {drawn}; the "
         f"{gamma - accepted - 1} after it were discarded."
     )
 
@@ -110,21 +110,16 @@ def iteration_sentence(trace: Trace, j: int) -> str:
     """One plain sentence on what iteration j did."""
     iteration_at(trace, j)
     it = trace.iterations[j]
-    where = f"Iteration {j} (from token {it.start}): "
-    if it.continuous is not None:
-        return where + _continuous_sentence(it)
-    if it.tree is not None:
-        return where + _tree_sentence(it)
-    if not it.drafts:
-        drawn = "one token" if len(it.committed) == 1 else f"{len(it.committed)} tokens"
-        return where + f"no drafts to verify; the model drew {drawn}, as AR does."
-    return where + _window_sentence(it)
+    return f"Iteration {j} (from token {it.start}): " + SENTENCES[it.kind](it)
 
 
-def _rejects(it: Iteration) -> bool:
-    if it.continuous is not None:
-        return "rejected" in it.continuous.fate
-    return "rejected" in fates(it) or (it.tree is not None and it.accepted < max(it.tree.depths, default=0))
+# what each kind of pass says of itself
+SENTENCES = {
+    "token": _token_sentence,
+    "window": _window_sentence,
+    "tree": _tree_sentence,
+    "continuous": _continuous_sentence,
+}
 
 
 def jump(trace: Trace, j: int, kind: str, forward: bool = True) -> int:
@@ -137,11 +132,11 @@ def jump(trace: Trace, j: int, kind: str, forward: bool = True) -> int:
     if kind == "stall":
         found = [start for start, _ in stalls(trace, STALL_PASSES)]
     elif kind == "rejection":
-        found = [k for k, it in enumerate(its) if verifies_drafts(it) and _rejects(it)]
+        found = [k for k, it in enumerate(its) if it.verifies_drafts and it.rejects()]
     else:
-        longest = max((it.accepted for it in its if verifies_drafts(it)), default=0)
+        longest = max((it.accepted for it in its if it.verifies_drafts), default=0)
         threshold = max(2, math.ceil(longest / 2))
-        found = [k for k, it in enumerate(its) if verifies_drafts(it) and it.accepted >= threshold]
+        found = [k for k, it in enumerate(its) if it.verifies_drafts and it.accepted >= threshold]
     later = [k for k in found if k > j] if forward else [k for k in reversed(found) if k < j]
     return later[0] if later else int(j)
 

@@ -18,7 +18,6 @@ from PIL import Image
 from specviz import metrics
 from specviz.metrics import (
     acceptance_maps,
-    fates,
     grid_state,
     has_trees,
     per_iteration,
@@ -27,7 +26,7 @@ from specviz.metrics import (
     tokens_through,
     tree_shape_maps,
 )
-from specviz.trace import Iteration, Trace
+from specviz.trace import Trace, WindowRecord
 from specviz.viz.figures import OFFSET_TITLE, window_title
 from specviz.viz.narration import ratio_text
 from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES
@@ -166,7 +165,7 @@ def shown_iteration(trace: Trace, iteration: int | None) -> int:
 
     def interest(j: int) -> tuple:
         it = trace.iterations[j]
-        return len(set(fates(it))), len(it.drafts), -abs(j - middle)
+        return len(set(it.outcome())), it.reach(), -abs(j - middle)
 
     return max(range(len(trace.iterations)), key=interest)
 
@@ -180,13 +179,14 @@ def window(trace: Trace, setting: Setting) -> Figure:
     g = trace.geometry
     f = setting.style.font_in
     image = setting.decode(trace, tokens_through(trace, j)) if setting.decode else None
-    shown = set(grid.state.flat) | set(fates(it))
+    shown = set(grid.state.flat) | set(it.outcome())
+    drafts = it.kind == "window"
     states = [state for state in STATES if state in shown]
     grid_in = (0.49 * setting.width_in - 4 / 72) * g.rows / g.cols
     heights = [grid_in]
     if image is not None:
         heights.append(math.ceil((len(states) + 1) / 2) * 1.45 * f)
-    if it.drafts:
+    if drafts:
         heights.append(max(0.24 * setting.width_in, 5.5 * f) + 2.8 * f)  # bars, ticks and axis label
     height = sum(heights) + len(heights) * 4 / 72 + title_space(setting)
     fig = new_figure(setting, height, f"{trace.method}, {window_title(trace, j)}")
@@ -210,7 +210,7 @@ def window(trace: Trace, setting: Setting) -> Figure:
         borderaxespad=0,
         labelspacing=0.35,
     )
-    if it.drafts:
+    if drafts:
         _draw_ratios(fig.add_subplot(layout[-1, :]), it, metrics.window_size(trace), setting)
     return fig
 
@@ -228,12 +228,12 @@ def _draw_image(ax: Axes, image: Image.Image, rows: int, cols: int, setting: Set
         spine.set_edgecolor(setting.palette["committed"])
 
 
-def _draw_ratios(ax: Axes, it: Iteration, width: int, setting: Setting) -> None:
+def _draw_ratios(ax: Axes, it: WindowRecord, width: int, setting: Setting) -> None:
     """The window's acceptance ratios min(1, p_new/p_old), one bar per draft in its fate's colours, over
     a strip of every draft's fate, so that a draft with ratio 0 still shows what became of it; the
     rejected draft crossed out on the strip and labelled. Offsets run over the run's whole window
     (`width` drafts), so every iteration's figure has the same axis."""
-    draft_fates = fates(it)
+    draft_fates = it.outcome()
     fills = [setting.palette[state] for state in draft_fates]
     offsets = np.arange(len(it.drafts))
     bars = ax.bar(offsets, it.ratio, width=0.8, color=fills)
