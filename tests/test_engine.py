@@ -136,11 +136,89 @@ def test_one_host_read_per_window_pass(tiny, method, monkeypatch):
     assert _host_reads_of_passes(tiny, method, {"window": 8}, monkeypatch) == ["tolist"] * 5
 
 
+# aten ops that read a value on the host only on a CPU: multinomial's argument check (`_assert_async`, which
+# on CUDA asserts on the device) and one_hot's range check (skipped on CUDA, where scatter asserts instead)
+CPU_ONLY_READS = {"aten::_assert_async", "aten::one_hot"}
+
+
+def _hidden_reads_of_passes(model, method: str, settings: dict, passes: int = 3) -> int:
+    """`aten::item` calls during `passes` passes after the first, as torch.profiler sees them in C++ (where
+    indexing with a 0-d tensor reads it, unseen by a Python-level count), leaving out CPU-only checks.
+    A `.tolist()` reads without an `aten::item` on a CPU; the Python-level count above sees it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from specviz.decoding.registry import get_method
+
+    spec = get_method(method)
+    params = spec.resolve(settings)
+    with torch.inference_mode():
+        decoder = spec.open(model, "rocket", 0, model.default_sampling, params)
+        decoder.next()
+        with profile(activities=[ProfilerActivity.CPU]) as profiled:
+            for _ in range(passes):
+                decoder.next()
+    hidden = 0
+    for event in profiled.events():
+        if event.name == "aten::item":
+            callers, parent = set(), event.cpu_parent
+            while parent is not None:
+                callers.add(parent.name)
+                parent = parent.cpu_parent
+            hidden += not callers & CPU_ONLY_READS
+    return hidden
+
+
+@pytest.mark.parametrize(
+    "method, settings",
+    [
+        *((method, {"window": 8}) for method in ("jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd")),
+        *((method, {"tree_tokens": 12}) for method in ("eagle2", "peanut", "peanut-lantern")),
+    ],
+)
+def test_no_hidden_host_reads_in_window_and_tree_passes(tiny, method, settings):
+    """On a GPU each `aten::item` is a device sync: a window or tree pass reads only its record, in one copy."""
+    assert _hidden_reads_of_passes(tiny, method, settings) == 0
+
+
+def test_ar_reads_each_token_once(tiny):
+    assert _hidden_reads_of_passes(tiny, "ar", {}) == 3  # int(token) for the record: AR's one read per pass
+
+
+def test_the_hidden_read_count_sees_indexing_with_a_device_scalar(tiny, monkeypatch):
+    """The count must see what a Python-level count cannot: the rejected row taken as p[row] with a 0-d
+    tensor `row`, as window.py once did, reads `row` on the host in C++."""
+    from specviz.decoding import window
+
+    def indexing_with_a_scalar(p, row):  # the old way of taking the row: p[0-d tensor]
+        return p[row[0]]
+
+    original = window.copy_to_host
+
+    def copy_with_a_hidden_read(step, verdict, vocab, clock):
+        indexing_with_a_scalar(step.p, verdict.accepted.view(1))
+        return original(step, verdict, vocab, clock)
+
+    monkeypatch.setattr(window, "copy_to_host", copy_with_a_hidden_read)
+    assert _hidden_reads_of_passes(tiny, "sjd", {"window": 8}) == 3
+
+
 @pytest.mark.parametrize("method", ["eagle2", "peanut"])
 def test_two_host_reads_per_tree_pass(tiny, method, monkeypatch):
     """A tree pass reads the grown tree (its attention mask is built on the host) and the record."""
     settings = {"tree_tokens": 12, "drafter": "training-free"}
     assert _host_reads_of_passes(tiny, method, settings, monkeypatch) == ["tolist"] * 10
+
+
+@pytest.mark.parametrize("method", ["eagle2", "peanut"])
+def test_a_tree_goes_to_the_device_once_per_pass(tiny, method, monkeypatch):
+    """The grown tree's mask is built on the host and copied once; the session's pass takes it as it is."""
+    from specviz.models import session as session_module
+
+    built = []
+    original = session_module.tree_structure
+    monkeypatch.setattr(session_module, "tree_structure", lambda parents: built.append(1) or original(parents))
+    _hidden_reads_of_passes(tiny, method, {"tree_tokens": 12}, passes=3)
+    assert len(built) == 3
 
 
 def test_tree_verification_neither_reads_nor_copies_from_the_host(monkeypatch):

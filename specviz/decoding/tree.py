@@ -56,7 +56,7 @@ from specviz.decoding.params import TreeParameters
 from specviz.decoding.sampling import RESIDUAL_EPSILON, sample
 from specviz.decoding.window import PassClock
 from specviz.models.protocol import IMAGE_CELL, Session
-from specviz.models.session import tree_structure
+from specviz.models.session import TreeMask
 from specviz.models.settings import SamplingSettings
 from specviz.trace import DraftTree, Iteration, TokenRecord, TreeRecord
 
@@ -108,19 +108,18 @@ class GrownTree:
     device_parents: torch.Tensor
     device_depths: torch.Tensor
     ancestors: torch.Tensor  # (n, n) float on the device: [v, u] = 1 where u is v or an ancestor of v
+    fed: TreeMask  # the pass's tree: the head (row 0) and the nodes below it, its mask on the device
 
     @classmethod
     def on(
         cls, device: torch.device, tokens: list[int], parents: list[int], depths: list[int], confidence: list[float]
     ) -> GrownTree:
-        """The tree, sent to the device in one copy."""
-        n = len(tokens)
-        ancestors, _ = tree_structure(parents)
-        columns = torch.tensor([tokens, parents, depths], dtype=torch.long).view(-1)
-        packed = torch.cat([columns, ancestors.view(-1).long()]).to(device)
-        device_tokens, device_parents, device_depths = packed[: 3 * n].view(3, n)
-        on_device = (device_tokens, device_parents, device_depths, packed[3 * n :].view(n, n).float())
-        return cls(tokens, parents, depths, confidence, *on_device)
+        """The tree, sent to the device in one copy: the pass's mask and the verification's columns."""
+        below_head = [-1] + [parent + 1 for parent in parents]
+        fed, (columns,) = TreeMask.on(device, below_head, torch.tensor([tokens, parents]))
+        device_tokens, device_parents = columns
+        on_device = (device_tokens, device_parents, fed.depth[1:], fed.ancestors[1:, 1:].float())
+        return cls(tokens, parents, depths, confidence, *on_device, fed)
 
 
 @dataclass
@@ -231,7 +230,7 @@ def verify_tree(
     refused = torch.zeros(p.shape[1], device=device).index_add_(0, tokens, tried.float())
     if relaxation is not None:
         refused.index_add_(0, pooled.flatten(), (in_group & tried[:, None]).flatten().float())
-    residual = without_refused(p[deepest], refused > 0)
+    residual = without_refused(p.index_select(0, deepest.view(1))[0], refused > 0)  # no host read of `deepest`
     parent_reached = torch.cat([torch.ones(1, dtype=torch.bool, device=device), reached])[parent_row]
     tested = parent_reached & ~((earlier @ chosen.float()) > 0)
     fate = tested.long() + reached.long()
@@ -291,7 +290,7 @@ class TreeLoop:
         tree = grow(self.drafter, self.head, self.head_position, levels, shape.top_k, size, self.layout)
         drafted = self.clock.mark()
         fed = torch.cat([self.head, tree.device_tokens])
-        logits = self.session.forward(fed, parents=[-1] + [parent + 1 for parent in tree.parents])
+        logits = self.session.forward(fed, parents=tree.fed)
         p = self.sampling.probabilities(logits)
         forwarded = self.clock.mark()
         verdict = verify_tree(p, tree, self.generator, self.relaxation)
@@ -305,7 +304,7 @@ class TreeLoop:
         path = [node for node in range(n) if reached[node]]  # parents come first: in order of depth
         self.session.commit([0] + [node + 1 for node in path])
         on_path = torch.cat([torch.ones(1, dtype=torch.bool, device=p.device), verdict.reached])
-        depths = torch.cat([tree.device_depths.new_zeros(1), tree.device_depths])
+        depths = tree.fed.depth
         model_rows = logits.float().softmax(-1)
         features = getattr(self.session, "features", None)
         self.drafter.observe(VerifiedPass(self.head_position, len(path), fed, depths, model_rows, on_path, features))

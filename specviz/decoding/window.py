@@ -285,8 +285,9 @@ def copy_to_host(step: WindowPass, verdict: Verdict, vocab: int, clock: PassCloc
     sync): the integers and the per-draft rows of floats are each stacked, then packed as float64 (exact
     for token ids). Also the clock's mark taken just before the copy waits for the device."""
     w, drafts, p, q = step.w, step.drafts, step.p, step.q
-    row = verdict.accepted.clamp(max=w - 1)
-    rival = torch.maximum(p[row], q[row])  # the rejected position's most likely tokens under either
+    row = verdict.accepted.clamp(max=w - 1).view(1)  # a device index: p[0-d tensor] would read it on the host
+    p_row, q_row = p.index_select(0, row)[0], q.index_select(0, row)[0]
+    rival = torch.maximum(p_row, q_row)  # the rejected position's most likely tokens under either
     top = rival.topk(min(RESIDUAL_TOP, vocab)).indices
     kept = torch.cat([drafts.new_zeros(1), (verdict.next_drafts[: w - 1] == drafts[1:]).long()])
     integers = {"accepted": verdict.accepted.view(1), "head": verdict.head, "drafts": drafts, "kept": kept}
@@ -303,7 +304,7 @@ def copy_to_host(step: WindowPass, verdict: Verdict, vocab: int, clock: PassCloc
         "group_mass_old": verdict.group_mass_old,
     }
     rows = {name: values for name, values in rows.items() if values is not None}
-    floats = torch.cat([torch.stack(list(rows.values())).flatten(), q[row, top], p[row, top]])
+    floats = torch.cat([torch.stack(list(rows.values())).flatten(), q_row[top], p_row[top]])
     packed = torch.cat([torch.cat(list(integers.values())).to(torch.float64), floats.to(torch.float64)])
     verified = clock.mark()
     values = packed.tolist()  # the pass's one host sync

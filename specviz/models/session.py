@@ -96,6 +96,28 @@ def tree_structure(parents: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
     return ancestors, torch.tensor(depth)
 
 
+@dataclass(frozen=True)
+class TreeMask:
+    """A draft tree as a pass needs it: `parents` on the host (to check a kept path), the ancestor mask
+    (n, n) and the depths (n,) on the device. Built once per tree, in one copy to the device, so that
+    the pass itself copies nothing there."""
+
+    parents: list[int]
+    ancestors: torch.Tensor  # (n, n) bool
+    depth: torch.Tensor  # (n,) long
+
+    @classmethod
+    def on(cls, device: torch.device, parents: Sequence[int], *also: torch.Tensor) -> tuple[TreeMask, list]:
+        """The tree's mask on `device`, and any further host tensors `also` sent in the same copy (as long)."""
+        ancestors, depth = tree_structure(parents)
+        n = len(parents)
+        parts = [ancestors.view(-1).long(), depth, *(part.reshape(-1).long() for part in also)]
+        packed = torch.cat(parts).to(device)
+        pieces = list(packed.split([part.numel() for part in parts]))
+        mask = cls(list(parents), pieces[0].view(n, n).bool(), pieces[1])
+        return mask, [piece.view(part.shape) for piece, part in zip(pieces[2:], also, strict=True)]
+
+
 class CachedSession:
     """Implements the `Session` protocol over a prefilled cache and a model's `run` function."""
 
@@ -147,7 +169,9 @@ class CachedSession:
     def guidance_scale(self) -> float:
         return self._scale
 
-    def forward(self, tokens: torch.Tensor, parents: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, parents: Sequence[int] | torch.Tensor | TreeMask | None = None
+    ) -> torch.Tensor:
         tokens = tokens.reshape(-1)
         count = tokens.shape[0]
         if self._pending:
@@ -155,11 +179,14 @@ class CachedSession:
             self._pending = 0
         depth = mask = positions = None  # a chain over plain prompts: the model's own causal fast path
         if parents is not None:
-            parents = [int(p) for p in (parents.tolist() if isinstance(parents, torch.Tensor) else parents)]
-            if len(parents) != count:
-                raise ValueError(f"{len(parents)} parents for {count} tokens")
-            ancestors, depth = tree_structure(parents)
-            mask, positions = self._attention(ancestors, depth)
+            if not isinstance(parents, TreeMask):  # a tree given by its parents: its mask goes to the device now
+                host = parents.tolist() if isinstance(parents, torch.Tensor) else parents
+                parents, _ = TreeMask.on(self._device, [int(p) for p in host])
+            if len(parents.parents) != count:
+                raise ValueError(f"{len(parents.parents)} parents for {count} tokens")
+            depth = parents.depth
+            mask, positions = self._attention(parents.ancestors, depth)
+            parents = parents.parents
         elif not self._plain_prompt:
             causal = torch.ones(count, count, dtype=torch.bool, device=self._device).tril()
             mask, positions = self._attention(causal, torch.arange(count, device=self._device))
@@ -218,18 +245,19 @@ class CachedSession:
 
     def _attention(self, ancestors: torch.Tensor, depth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Boolean mask (rows, 1, n, cache length after the pass) and position ids (rows, n) of a pass:
-        the visible prompt, the committed tokens, and among the new tokens `ancestors` (n, n)."""
+        the visible prompt, the committed tokens, and among the new tokens `ancestors` (n, n); `ancestors`
+        and `depth` are on the session's device already."""
         prompt, rows, count, device = self._prompt, self._rows, len(depth), self._device
         visible = prompt.visible
         if visible is None:
             visible = torch.ones(rows, prompt.width, dtype=torch.bool, device=device)
         committed = torch.ones(rows, count, self.position, dtype=torch.bool, device=device)
-        new = ancestors.to(device).expand(rows, count, count)
+        new = ancestors.expand(rows, count, count)
         mask = torch.cat([visible[:, None, :].expand(rows, count, -1), committed, new], dim=-1)[:, None]
         first = prompt.first_position
         if first is None:
             first = torch.full((rows,), prompt.width, device=device)
-        positions = first[:, None] + self.position + depth.to(device)[None, :]
+        positions = first[:, None] + self.position + depth[None, :]
         return mask, positions
 
     def _force(self, logits: torch.Tensor, first: int, depth: torch.Tensor | None) -> torch.Tensor:
@@ -238,7 +266,7 @@ class CachedSession:
         host syncs."""
         if not self._has_layout:
             return logits
-        steps = torch.arange(len(logits), device=logits.device) if depth is None else depth.to(logits.device)
+        steps = torch.arange(len(logits), device=logits.device) if depth is None else depth
         positions = (first + steps).clamp(max=self.geometry.seq_len)  # past the end: the sentinel, no slot
         forced = self._layout_device[positions]
         one_hot = torch.where(self._token_ids == forced[:, None], 0.0, float("-inf"))
