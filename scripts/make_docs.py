@@ -147,11 +147,21 @@ SECTIONS = [
         ],
     ),
     Section(
+        "pass-cost",
+        "What a pass costs",
+        "One model pass of 1 to 65 tokens after the prefill, timed after a warm-up, on each embedded discrete "
+        "model: the cost a window or tree pass pays for verifying many tokens at once. A method's step "
+        "compression turns into a latency speedup only as far as its passes cost little more than AR's "
+        "one-token pass; on a GPU they cost about the same, on these CPU cores they do not.",
+        [[*SPECVIZ, "pass-cost", "--model", model, "--sizes", "1,2,5,9,17,33,65"] for model in MODELS],
+    ),
+    Section(
         "trees",
         "Draft trees: EAGLE-2 and PEANUT against SJD",
         "The shipped prompts x 1 seed, on `tiny` and on `tiny-uncertain`, each with the training-free drafter and "
-        "with its trained EAGLE head. tau counts the tokens a tree pass commits (the accepted path and the token "
-        "drawn after it), as the papers' tables do.",
+        "with its trained EAGLE head at the model's default temperature 1, then with the heads at temperature 0 "
+        "(greedy: a draft is accepted when it is the target's argmax). tau counts the tokens a tree pass commits "
+        "(the accepted path and the token drawn after it), as the papers' tables do.",
         [
             *(
                 bench(
@@ -167,6 +177,22 @@ SECTIONS = [
                 )
                 for model in ("tiny", "tiny-uncertain")
                 for drafter in ("training-free", "head")
+            ),
+            *(
+                bench(
+                    "--model",
+                    model,
+                    "--methods",
+                    "sjd,eagle2,peanut",
+                    "--seeds",
+                    "1",
+                    "--skip-generate",
+                    "--drafter",
+                    "head",
+                    "--temperature",
+                    "0",
+                )
+                for model in ("tiny", "tiny-uncertain")
             ),
         ],
     ),

@@ -49,12 +49,12 @@ PRESETS = (
         "(each is redrawn from a fresh sample), so little carries over; SCD-MC couples the draws so a "
         "draft stays put unless the distribution moved. Watch *drafts changed per iteration* in Inspect, "
         "then press Compare. It needs a model that is really uncertain: `tiny-uncertain` (four designs per "
-        "emoji, textured tokens), `red apple`, window 16, its default temperature 1, seeds 0-3: SJD 91.5 "
-        "passes with 70% of carried drafts changed, SCD-MC 80.5 with 48% (this run, seed 0: 86 passes "
-        "against SJD's 104). On the nearly certain `tiny` the two are within noise.",
+        "emoji, textured tokens), `smiling face with heart-eyes`, window 16, its default temperature 1, "
+        "seeds 0-3: SJD 87.5 passes with 71% of carried drafts changed, SCD-MC 76.5 with 51% (this run, "
+        "seed 0: 72 passes against SJD's 89). On the nearly certain `tiny` the two are within noise.",
         "tiny-uncertain",
         "scd-mc",
-        "red apple",
+        "smiling face with heart-eyes",
         params={"window": 16, "init": "random"},
         compare=("sjd", "scd-mc"),
     ),

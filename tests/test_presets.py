@@ -52,7 +52,7 @@ def test_the_scd_preset_shows_the_effect_it_quotes_on_the_uncertain_model():
     method, baseline = (
         run(model, name, preset.prompt, preset.seed, params=preset.params) for name in ("scd-mc", "sjd")
     )
-    assert (method.nfe, baseline.nfe) == (86, 104) and "86 passes against SJD's 104" in preset.explanation
+    assert (method.nfe, baseline.nfe) == (72, 89) and "72 passes against SJD's 89" in preset.explanation
 
     def changed(trace) -> float:
         return sum(it.changed for it in trace.iterations) / sum(it.carried for it in trace.iterations)
