@@ -8,16 +8,20 @@ from specviz.figure_options import FIGURE_KINDS
 from specviz.lossless_toys import TOY_DESCRIPTIONS
 
 
-def test_the_methods_are_the_catalogues_entries_with_their_loops():
-    from specviz.decoding.registry import CONTINUOUS_LOOPS, DISCRETE_LOOPS, METHODS
+def test_the_methods_are_the_catalogues_entries_with_the_loops_they_name():
+    import importlib
+
+    from specviz.decoding.registry import METHODS
 
     assert list(METHODS) == list(CATALOGUE)
-    assert set(DISCRETE_LOOPS) == {name for name, info in CATALOGUE.items() if info.discrete}
-    assert set(CONTINUOUS_LOOPS) == {name for name, info in CATALOGUE.items() if info.continuous}
     for name, info in CATALOGUE.items():
         method = METHODS[name]
         assert all(getattr(method, field.name) == getattr(info, field.name) for field in fields(MethodInfo))
-        assert method.iterate is DISCRETE_LOOPS.get(name) and method.iterate_continuous is CONTINUOUS_LOOPS.get(name)
+        assert info.discrete or info.continuous, f"{name} names no loop"
+        for named, loop in ((info.discrete, method.iterate), (info.continuous, method.iterate_continuous)):
+            module, function = named.split(":") if named else (None, None)
+            expected = getattr(importlib.import_module(f"specviz.decoding.{module}"), function) if named else None
+            assert loop is expected and (loop is None or callable(loop))
 
 
 def test_the_figures_drawn_are_the_catalogues():

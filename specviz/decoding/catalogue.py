@@ -1,8 +1,9 @@
 """Every decoding method as the command line and the app describe it: name, parameter class, promise.
 
 Light (no torch): the command line builds its parser and checks method parameters from here before
-anything heavy is imported. `specviz.decoding.registry` adds each method's loops to these entries
-to make METHODS, so a method is declared once, here.
+anything heavy is imported. An entry names its loops as `module:function` in `specviz.decoding`;
+`specviz.decoding.registry` imports them to make METHODS. A method is thus one file holding its rule
+and loop, and one entry here, whatever kind of pass it records.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ class MethodInfo:
     lossless_when_greedy: bool = False
     needs_token_vectors: bool = False  # the tokenizer's codebook vectors (relaxed acceptance)
     needs_draft: bool = False  # the draft model of a continuous pair
-    discrete: bool = True  # decodes discrete tokens (the registry holds its loop)
-    continuous: bool = False  # decodes a continuous-token pair (the registry holds that loop)
+    # its loops, as `module:function` in specviz.decoding: (session, sampling, generator, parameters) -> one
+    # record per pass on a discrete model; on a continuous-token pair, (record, the committed values) per pass
+    discrete: str | None = None
+    continuous: str | None = None
 
     @property
     def drafts_trees(self) -> bool:
@@ -62,23 +65,46 @@ class MethodInfo:
 CATALOGUE: dict[str, MethodInfo] = {
     method.name: method
     for method in (
-        MethodInfo("ar", NoParameters, True, "vanilla autoregressive: one token per model pass", continuous=True),
+        MethodInfo(
+            "ar",
+            NoParameters,
+            True,
+            "vanilla autoregressive: one token per model pass",
+            discrete="ar:iterate",
+            continuous="continuous_ar:iterate",
+        ),
         MethodInfo(
             "jacobi",
             WindowParameters,
             False,
             "Jacobi decoding: drafts accepted while unchanged between iterations (lossless only when greedy)",
             lossless_when_greedy=True,
+            discrete="jacobi:iterate",
         ),
-        MethodInfo("sjd", WindowParameters, True, "speculative Jacobi decoding (SJD), independent redraws"),
-        MethodInfo("scd-mc", WindowParameters, True, "speculative coupled decoding, maximal coupling"),
-        MethodInfo("scd-gs", WindowParameters, True, "speculative coupled decoding, Gumbel sharing"),
+        MethodInfo(
+            "sjd",
+            WindowParameters,
+            True,
+            "speculative Jacobi decoding (SJD), independent redraws",
+            discrete="sjd:iterate",
+        ),
+        MethodInfo(
+            "scd-mc",
+            WindowParameters,
+            True,
+            "speculative coupled decoding, maximal coupling",
+            discrete="scd_mc:iterate",
+        ),
+        MethodInfo(
+            "scd-gs", WindowParameters, True, "speculative coupled decoding, Gumbel sharing", discrete="scd_gs:iterate"
+        ),
         MethodInfo(
             "lantern",
             LanternParameters,
             False,
             "LANTERN relaxed acceptance: p plus the mass of nearby codebook tokens within a budget delta (lossy)",
             needs_token_vectors=True,
+            discrete="lantern:iterate",
         ),
         MethodInfo(
             "gsd",
@@ -86,15 +112,21 @@ CATALOGUE: dict[str, MethodInfo] = {
             False,
             "grouped speculative decoding: accept by the mass of a dynamic group of similar tokens (lossy)",
             needs_token_vectors=True,
+            discrete="gsd:iterate",
         ),
         MethodInfo(
-            "eagle2", TreeParameters, True, "EAGLE-2 draft trees of a fixed depth and top-k, verified in one pass"
+            "eagle2",
+            TreeParameters,
+            True,
+            "EAGLE-2 draft trees of a fixed depth and top-k, verified in one pass",
+            discrete="eagle2:iterate",
         ),
         MethodInfo(
             "peanut",
             PeanutParameters,
             True,
             "PEANUT: draft trees whose depth and top-k follow the neighbouring tree's acceptance rate",
+            discrete="peanut:iterate",
         ),
         MethodInfo(
             "peanut-lantern",
@@ -102,6 +134,7 @@ CATALOGUE: dict[str, MethodInfo] = {
             False,
             "PEANUT with LANTERN's relaxed acceptance on the tree (lossy)",
             needs_token_vectors=True,
+            discrete="peanut:iterate_relaxed",
         ),
         MethodInfo(
             "ar-draft",
@@ -109,8 +142,7 @@ CATALOGUE: dict[str, MethodInfo] = {
             False,
             "the draft model of a continuous pair alone, for reference (not the target's distribution)",
             needs_draft=True,
-            discrete=False,
-            continuous=True,
+            continuous="continuous_ar:iterate_draft",
         ),
         MethodInfo(
             "cspd",
@@ -120,8 +152,7 @@ CATALOGUE: dict[str, MethodInfo] = {
             "Sigma p(x0|x1p)/q(x0|x1q) (Eq. 5), acceptance-rejection resampling, pre-filling (close to the target, "
             "not exact: check-lossless measures the gap)",
             needs_draft=True,
-            discrete=False,
-            continuous=True,
+            continuous="cspd:iterate",
         ),
         MethodInfo(
             "cspd-exact",
@@ -130,8 +161,7 @@ CATALOGUE: dict[str, MethodInfo] = {
             "continuous speculative decoding made exact: speculative sampling on whole denoising paths (target "
             "transitions evaluated along the draft's own path), residual resampling of paths",
             needs_draft=True,
-            discrete=False,
-            continuous=True,
+            continuous="cspd_exact:iterate",
         ),
     )
 }

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from specviz.decoding import (
-    ar,
-    continuous_ar,
-    cspd,
-    cspd_exact,
-    eagle2,
-    gsd,
-    jacobi,
-    lantern,
-    peanut,
-    scd_gs,
-    scd_mc,
-    sjd,
-)
 from specviz.decoding.catalogue import CATALOGUE, MethodInfo, UnknownMethod, method_info
 from specviz.decoding.decoders import Decoder, TokenDecoder, VectorDecoder
 from specviz.decoding.drafters import check_needs
@@ -31,27 +18,6 @@ from specviz.models.settings import SamplingSettings
 from specviz.trace import ContinuousRecord, Iteration
 
 __all__ = ["CONTINUOUS_METHODS", "METHODS", "Method", "UnknownMethod", "get_method"]
-
-# (session, sampling, generator, parameters) -> one record per pass
-DISCRETE_LOOPS: dict[str, Callable[..., Iterator[Iteration]]] = {
-    "ar": ar.iterate,
-    "jacobi": jacobi.iterate,
-    "sjd": sjd.iterate,
-    "scd-mc": scd_mc.iterate,
-    "scd-gs": scd_gs.iterate,
-    "lantern": lantern.iterate,
-    "gsd": gsd.iterate,
-    "eagle2": eagle2.iterate,
-    "peanut": peanut.iterate,
-    "peanut-lantern": peanut.iterate_relaxed,
-}
-# on a continuous-token pair: (pair session, sampling, generator, parameters) -> (record, tokens (k, d)) per pass
-CONTINUOUS_LOOPS: dict[str, Callable[..., Iterator[tuple[ContinuousRecord, Any]]]] = {
-    "ar": continuous_ar.iterate,
-    "ar-draft": continuous_ar.iterate_draft,
-    "cspd": cspd.iterate,
-    "cspd-exact": cspd_exact.iterate,
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,12 +65,20 @@ class Method(MethodInfo):
             check_needs(session, parameters.drafter)
 
 
+def _loop(name: str | None) -> Callable[..., Iterator] | None:
+    """The loop a catalogue entry names as `module:function` in specviz.decoding."""
+    if name is None:
+        return None
+    module, function = name.split(":")
+    return getattr(importlib.import_module(f"specviz.decoding.{module}"), function)
+
+
 def _with_loops(info: MethodInfo) -> Method:
-    """The catalogue's entry and the loops it says it has (a KeyError here: a loop is missing above)."""
+    """The catalogue's entry and the loops it names."""
     return Method(
         **{field.name: getattr(info, field.name) for field in fields(MethodInfo)},
-        iterate=DISCRETE_LOOPS[info.name] if info.discrete else None,
-        iterate_continuous=CONTINUOUS_LOOPS[info.name] if info.continuous else None,
+        iterate=_loop(info.discrete),
+        iterate_continuous=_loop(info.continuous),
     )
 
 
