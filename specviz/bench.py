@@ -16,7 +16,7 @@ from functools import partial
 import torch
 
 from specviz.decoding import get_method, run
-from specviz.metrics import STALL_PASSES, has_trees, per_tree, stalls
+from specviz.metrics import STALL_PASSES, changed_share, has_trees, per_tree, stalls
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
 from specviz.viz.narration import ratio_text
@@ -202,7 +202,6 @@ def bench(
         seconds = statistics.fmean(t.seconds for t in traces)
         passes = [it for t in traces for it in t.iterations if it.verifies_drafts]
         forward_ms = sum(it.forward_ms for t in traces for it in t.iterations)
-        carried = sum(it.carried for it in passes)
         stalled = [found for t in traces for found in stalls(t)]
         report.results.append(
             MethodResult(
@@ -217,7 +216,7 @@ def bench(
                 worst_nfe=max(t.nfe for t in traces),
                 accepted_per_pass=statistics.fmean(it.accepted for it in passes) if passes else 0.0,
                 changed_per_pass=statistics.fmean(it.changed for it in passes) if passes else 0.0,
-                changed_share=sum(it.changed for it in passes) / carried if carried else 0.0,
+                changed_share=changed_share(passes) or 0.0,
                 longest_stall=max((length for _, length in stalled), default=0),
                 stall_share=sum(length for _, length in stalled) / len(passes) if passes else 0.0,
                 verify_share=sum(it.verify_ms for it in passes) / max(forward_ms, 1e-9),

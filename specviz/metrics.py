@@ -183,6 +183,13 @@ def acceptance_maps(trace: Trace) -> dict[str, np.ndarray]:
     }
 
 
+def changed_share(iterations: list[Iteration]) -> float | None:
+    """Of the drafts window passes carried into the next window, the share whose token changed: what SCD's
+    coupling lowers against SJD's independent redraws. None where no pass carried a draft (AR, trees)."""
+    carried = sum(it.carried for it in iterations)
+    return sum(it.changed for it in iterations) / carried if carried else None
+
+
 def per_iteration(trace: Trace) -> dict[str, np.ndarray]:
     """Per-iteration counts and timings, the series of the iteration plots."""
     its = trace.iterations

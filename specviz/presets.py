@@ -48,8 +48,9 @@ PRESETS = (
         "**The SCD effect.** Under SJD most drafts left in the window change from one pass to the next "
         "(each is redrawn from a fresh sample), so little carries over; SCD-MC couples the draws so a "
         "draft stays put unless the distribution moved. Watch *drafts changed per iteration* in Inspect, "
-        "then press Compare. It needs a model that is really uncertain: `tiny-uncertain` (four designs per "
-        "emoji, textured tokens), `smiling face with heart-eyes`, window 16, its default temperature 1, "
+        "then press Compare: its *drafts changed* column gives the share for each method. It needs a model "
+        "that is really uncertain: `tiny-uncertain` (four designs per emoji, textured tokens), `smiling "
+        "face with heart-eyes`, window 16, its default temperature 1, "
         "seeds 0-3: SJD 87.5 passes with 71% of carried drafts changed, SCD-MC 76.5 with 51% (this run, "
         "seed 0: 72 passes against SJD's 89). On the nearly certain `tiny` the two are within noise.",
         "tiny-uncertain",

@@ -291,6 +291,8 @@ def test_a_slowdown_reads_as_one():
     assert "1.19x slower than AR" in viz.race_figure(sjd, ar).layout.title.text
     table, rows = compare_rows(ar, [sjd])
     assert table[1][0] == "sjd" and table[1][-1] == "1.19x slower"
+    carried = sum(it.carried for it in sjd.iterations)
+    assert table[1][4] == f"{sum(it.changed for it in sjd.iterations) / carried:.0%}" and table[0][4] == "-"
     assert list(viz.comparison_figure(rows).data[1].text) == ["1.19x slower"]
 
 

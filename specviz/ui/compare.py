@@ -18,14 +18,22 @@ from specviz.trace import Trace
 from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
 from specviz.ui.service import each_on_compute_thread, get_model, gpu_seconds, gpu_work, on_compute_thread, user_errors
 
-COMPARE_HEADERS = ["method", "parameters", "lossless", "NFE", "step compression", "seconds", "latency against AR"]
+COMPARE_HEADERS = [
+    "method", "parameters", "lossless", "NFE", "drafts changed", "step compression", "seconds", "latency against AR"
+]  # fmt: skip
+
+
+def _changed_text(trace: Trace) -> str:
+    """The share of carried drafts whose token changed (the SCD effect), or a dash for a run that carries none."""
+    share = metrics.changed_share(trace.iterations)
+    return "-" if share is None else f"{share:.0%}"
 
 
 def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]]:
     """Compare's table (AR first) and the rows of its chart; ratios in words, a slowdown as one, the
     latency speedup's spread over the undisturbed timings where the runs had them."""
     same = viz.ratio_text(1.0)
-    table = [["ar", params_text(ar.params), "yes", ar.nfe, same, round(ar.seconds, 3), same]]
+    table = [["ar", params_text(ar.params), "yes", ar.nfe, "-", same, round(ar.seconds, 3), same]]
     rows = []
     for trace in traces:
         facts = metrics.summary(trace, ar)
@@ -42,6 +50,7 @@ def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]
                 params_text(trace.params),
                 "yes" if trace.lossless else "no",
                 trace.nfe,
+                _changed_text(trace),
                 viz.ratio_text(facts["step_compression"]),
                 round(trace.seconds, 3),
                 latency,
@@ -88,7 +97,7 @@ def build(method_names: list[str]) -> CompareTab:
             headers=COMPARE_HEADERS,
             interactive=False,
             wrap=True,
-            column_widths=["10%", "25%", "10%", "7%", "15%", "12%", "21%"],
+            column_widths=["9%", "22%", "9%", "6%", "9%", "12%", "11%", "22%"],
         )
         plot = gr.Plot()
         with gr.Accordion("What a pass costs here (why fewer passes are not always faster)", open=False):
