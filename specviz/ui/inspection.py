@@ -254,7 +254,9 @@ def build() -> tuple[InspectTab, dict]:
         iteration_note = gr.Markdown(elem_id="iteration-note")  # one sentence: what this pass did
         with gr.Row():
             window_plot = gr.Plot(label=ITERATION_LABELS[False])
-            iteration_image = gr.Image(label="Image at this iteration", height=DISPLAY_SIZE, format="png")
+            iteration_image = gr.Image(
+                label="Image at this iteration", height=DISPLAY_SIZE, format="png", elem_classes=["picture"]
+            )
         map_kind = gr.Radio(
             [
                 ("iteration that committed each cell", "iteration"),

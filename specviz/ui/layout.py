@@ -30,6 +30,8 @@ CSS = """
 .race-bar-track { height: 1.1em; background: var(--background-fill-secondary); border-radius: 3px; }
 .race-bar-fill { display: block; height: 100%; border-radius: 3px; transition: width 0.15s linear; }
 .race-bar-value { font-variant-numeric: tabular-nums; }
+/* a picture's label badge sits over its top-left corner: keep the first row of tokens clear of it */
+.picture img { padding-top: calc(var(--block-label-text-size) * 2.4); box-sizing: border-box; }
 """
 # Gradio's cache (pictures, uploads, exports): every 15 minutes, files older than an hour are removed
 CACHE_SWEEP = (900, 3600)

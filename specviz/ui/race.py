@@ -170,10 +170,12 @@ def build() -> RaceTab:
         )
         with gr.Row():
             with gr.Column():
-                method_image = gr.Image(label="Method", height=DISPLAY_SIZE, format="png", elem_id="method-image")
+                method_image = gr.Image(
+                    label="Method", height=DISPLAY_SIZE, format="png", elem_id="method-image", elem_classes=["picture"]
+                )
                 method_counter = gr.Markdown(elem_id="method-counter")
             with gr.Column():
-                ar_image = gr.Image(label="Vanilla AR", height=DISPLAY_SIZE, format="png")
+                ar_image = gr.Image(label="Vanilla AR", height=DISPLAY_SIZE, format="png", elem_classes=["picture"])
                 ar_counter = gr.Markdown(elem_id="ar-counter")
         with gr.Row(equal_height=False):
             bars = gr.HTML(elem_id="race-bars")
