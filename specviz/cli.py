@@ -320,6 +320,27 @@ def command_pass_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def command_gpu_report(args: argparse.Namespace) -> int:
+    device = args.device or ("cuda" if _cuda_available() else "cpu")
+    check_device(device)
+    out = check_output_folder(args.out, ("report.md", "report.json"))
+
+    from specviz.gpu_report import gpu_report
+
+    configure_threads()
+    with output_folder(out):
+        report = gpu_report(device, out)
+    print((out / "report.md").read_text())
+    print(f"wrote {shown_path(out / 'report.md')} and report.json in {sum(report['seconds'].values()):.0f} s")
+    return 0
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def command_models(args: argparse.Namespace) -> int:
     width = max(len(name) for name in MODELS)
     for entry in MODELS.values():
@@ -560,6 +581,15 @@ def build_parser() -> argparse.ArgumentParser:
     cost_parser.add_argument("--sizes", default="1,2,4,8,17,33", help="tokens per pass, comma-separated")
     cost_parser.add_argument("--repeats", type=integer, default=5, help="timed repeats after one warm-up")
     cost_parser.set_defaults(handler=command_pass_cost)
+
+    report_parser = commands.add_parser(
+        "gpu-report",
+        help="every CUDA figure in one command: host reads per pass, pass costs and every method against AR on the "
+        "embedded models (reduced without CUDA); writes report.md and report.json",
+    )
+    report_parser.add_argument("--out", required=True, help="folder for report.md and report.json")
+    report_parser.add_argument("--device", default=None, help="torch device (default: cuda where there is one)")
+    report_parser.set_defaults(handler=command_gpu_report)
 
     models_parser = commands.add_parser("models", help="list registered models and which run offline")
     models_parser.set_defaults(handler=command_models)

@@ -136,36 +136,10 @@ def test_one_host_read_per_window_pass(tiny, method, monkeypatch):
     assert _host_reads_of_passes(tiny, method, {"window": 8}, monkeypatch) == ["tolist"] * 5
 
 
-# aten ops that read a value on the host only on a CPU: multinomial's argument check (`_assert_async`, which
-# on CUDA asserts on the device) and one_hot's range check (skipped on CUDA, where scatter asserts instead)
-CPU_ONLY_READS = {"aten::_assert_async", "aten::one_hot"}
-
-
 def _hidden_reads_of_passes(model, method: str, settings: dict, passes: int = 3) -> int:
-    """`aten::item` calls during `passes` passes after the first, as torch.profiler sees them in C++ (where
-    indexing with a 0-d tensor reads it, unseen by a Python-level count), leaving out CPU-only checks.
-    A `.tolist()` reads without an `aten::item` on a CPU; the Python-level count above sees it."""
-    from torch.profiler import ProfilerActivity, profile
+    from specviz.decoding.syncs import hidden_reads
 
-    from specviz.decoding.registry import get_method
-
-    spec = get_method(method)
-    params = spec.resolve(settings)
-    with torch.inference_mode():
-        decoder = spec.open(model, "rocket", 0, model.default_sampling, params)
-        decoder.next()
-        with profile(activities=[ProfilerActivity.CPU]) as profiled:
-            for _ in range(passes):
-                decoder.next()
-    hidden = 0
-    for event in profiled.events():
-        if event.name == "aten::item":
-            callers, parent = set(), event.cpu_parent
-            while parent is not None:
-                callers.add(parent.name)
-                parent = parent.cpu_parent
-            hidden += not callers & CPU_ONLY_READS
-    return hidden
+    return hidden_reads(model, method, settings, passes)
 
 
 @pytest.mark.parametrize(
