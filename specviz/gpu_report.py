@@ -1,6 +1,7 @@
 """`python -m specviz gpu-report --out DIR`: the project's CUDA figures from one command.
 
-For each embedded model it measures three things:
+It runs the tests marked for CUDA (`tests/test_cuda.py`, skipped without a GPU), then for each
+embedded model it measures three things:
 - the host reads of every method family per pass (each one a device sync on a GPU);
 - the cost of a model pass over 1 to 65 tokens against a pass over one;
 - bench of every method against AR in the same process: NFE, step compression, latency.
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import json
 import platform
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,6 +90,18 @@ def host_read_rows(model, methods: list[str]) -> list[dict]:
     return rows
 
 
+def cuda_tests() -> dict:
+    """The tests marked for CUDA, run as the suite runs them (each skips, saying why, without CUDA)."""
+    tests = Path(__file__).resolve().parents[1] / "tests"
+    if not (tests / "test_cuda.py").is_file():
+        return {"summary": "not run: no tests folder beside the package (an installed copy)", "returncode": None}
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "cuda", "-n", "0", "-p", "no:cacheprovider"]
+    done = subprocess.run([*command, str(tests / "test_cuda.py")], capture_output=True, text=True, cwd=tests.parent)
+    lines = done.stdout.strip().splitlines()
+    return {"summary": lines[-1] if lines else done.stderr.strip()[-300:], "returncode": done.returncode,
+            "output": "\n".join(lines[-40:])}  # fmt: skip
+
+
 def measure_model(name: str, device: str, plan: Plan, report: dict) -> None:
     """One embedded model's sections into `report`, each section's seconds into report["seconds"]."""
     model = load_model(name, device=device)
@@ -118,6 +133,9 @@ def gpu_report(device: str, out: Path, plan: Plan | None = None) -> dict:
         "bench": {},
         "seconds": {},
     }
+    started = time.perf_counter()
+    report["tests"] = cuda_tests()
+    report["seconds"]["CUDA tests"] = round(time.perf_counter() - started, 1)
     for name in plan.models:
         measure_model(name, device, plan, report)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,6 +154,11 @@ def markdown(report: dict) -> str:
         "Measured on " + ", ".join(f"{key} {value}" for key, value in facts.items()) + ".",
         f"{len(plan['prompts'])} prompt(s) x {len(plan['seeds'])} seed(s); {plan['repeats']} timed repeats per "
         "pass size.",
+        "",
+        "## Tests marked for CUDA",
+        "",
+        f"`python -m pytest -m cuda tests/test_cuda.py`: {report['tests']['summary']}",
+        *(["", "```", report["tests"]["output"], "```"] if report["tests"].get("returncode") else []),
         "",
         "## Host reads per pass",
         "",

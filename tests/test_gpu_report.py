@@ -38,7 +38,8 @@ def test_the_reduced_report_times_passes_and_benches_a_method_of_each_family(rep
     pair = {row["method"] for row in data["bench"]["tiny-continuous"]["table"]["results"]}
     assert pair == {"ar", "cspd"}
     assert set(data["seconds"]) == {f"{m}: {s}" for m in plan.models for s in ("pass cost", "bench")} | {
-        "tiny: host reads"
+        "tiny: host reads",
+        "CUDA tests",
     }
     assert "## Every method against AR" in page and "| sjd | yes |" in page
 
@@ -48,3 +49,9 @@ def test_the_report_refuses_a_folder_it_cannot_write(tmp_path, capsys):
     blocked.write_text("")
     assert main(["gpu-report", "--out", str(blocked / "report"), "--device", "cpu"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_the_report_runs_the_cuda_tests_which_skip_without_a_gpu(report):
+    data, page, _ = report
+    assert data["tests"]["returncode"] == 0 and "skipped" in data["tests"]["summary"]
+    assert "passed" not in data["tests"]["summary"] and "## Tests marked for CUDA" in page

@@ -1,0 +1,69 @@
+"""The CUDA path, checked where there is a GPU: `python -m specviz gpu-report` runs these (`pytest -m cuda`).
+
+Without CUDA every test here is skipped and says so. On a GPU they run every method on `tiny` and the
+continuous pair on the device, count the hidden host reads of each window and tree pass there (each
+one a device sync), and compare a session's logits on the GPU with the same session on the CPU.
+"""
+
+import pytest
+import torch
+
+from specviz.decoding import METHODS, run
+from specviz.decoding.syncs import hidden_reads
+from specviz.models.registry import load_model
+from specviz.trace import Trace
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: on a GPU, python -m specviz gpu-report"),
+]
+DISCRETE = [name for name, method in METHODS.items() if method.iterate is not None]
+SETTINGS = {"window": {"window": 16}, "tree": {"tree_tokens": 30}}
+
+
+def _settings(method: str) -> dict:
+    if METHODS[method].drafts_trees:
+        return SETTINGS["tree"]
+    return SETTINGS["window"] if "window" in {name for name, _, _ in METHODS[method].parameters.fields()} else {}
+
+
+@pytest.fixture(scope="module")
+def tiny_cuda():
+    return load_model("tiny", device="cuda")
+
+
+@pytest.mark.parametrize("method", DISCRETE)
+def test_every_method_completes_an_image_on_the_gpu(tiny_cuda, method):
+    trace = run(tiny_cuda, method, "red apple", 0, params=_settings(method))
+    assert len(trace.tokens) == 256 and Trace.from_json(trace.to_json()) == trace
+    assert method == "ar" or trace.nfe < 256
+
+
+@pytest.mark.parametrize("method", [name for name in DISCRETE if name != "ar"])
+def test_window_and_tree_passes_make_no_hidden_host_read_on_the_gpu(tiny_cuda, method):
+    assert hidden_reads(tiny_cuda, method, _settings(method)) == 0
+
+
+@pytest.mark.parametrize("method", ["eagle2", "peanut"])
+def test_the_draft_head_drafts_on_the_gpu(tiny_cuda, method):
+    trace = run(tiny_cuda, method, "red apple", 0, params={"drafter": "head"})
+    assert len(trace.tokens) == 256 and trace.nfe < 128  # the head's trees commit several tokens per pass
+
+
+def test_a_session_on_the_gpu_gives_the_cpu_sessions_logits(tiny_cuda):
+    tiny_cpu = load_model("tiny", device="cpu")
+    tokens = torch.randint(tiny_cpu.geometry.vocab_size, (17,), generator=torch.Generator().manual_seed(0))
+    logits = []
+    for model in (tiny_cpu, tiny_cuda):
+        session = model.session("red apple", 1.5)
+        session.forward(tokens[:5].to(model.device))
+        session.commit(5)
+        logits.append(session.forward(tokens[5:].to(model.device), parents=[-1, 0, 0, 1, 2, 2, -1, 6, 7, 7, 3, 4]))
+    torch.testing.assert_close(logits[1].cpu(), logits[0], atol=2e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("method", ["ar", "ar-draft", "cspd", "cspd-exact"])
+def test_the_continuous_pair_decodes_on_the_gpu(method):
+    pair = load_model("tiny-continuous", device="cuda")
+    trace = run(pair, method, "red apple", 0)
+    assert len(trace.vectors) == len(trace.tokens) == len(trace.geometry.layout)
