@@ -27,6 +27,7 @@ import torch
 
 from specviz.bench import bench
 from specviz.decoding.cost import cost_sentence, pass_costs
+from specviz.decoding.params import WindowParameters
 from specviz.decoding.registry import METHODS
 from specviz.decoding.syncs import hidden_reads
 from specviz.inputs import read_prompts
@@ -77,7 +78,7 @@ def _family(method: str) -> str:
     info = METHODS[method]
     if info.drafts_trees:
         return "tree"
-    return "window" if "window" in {name for name, _, _ in info.parameters.fields()} else "other"
+    return "window" if issubclass(info.parameters, WindowParameters) else "other"
 
 
 def host_read_rows(model, methods: list[str]) -> list[dict]:
