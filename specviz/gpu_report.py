@@ -5,10 +5,15 @@ embedded model it measures three things:
 - the host reads of every method family per pass (each one a device sync on a GPU);
 - the cost of a model pass over 1 to 65 tokens against a pass over one;
 - bench of every method against AR in the same process: NFE, step compression, latency.
+Then the released models' shapes with random weights (`specviz.shapes`: Lumina-mGPT, Anole, Janus-Pro,
+Emu3, LlamaGen-XL): AR's time per token, pass costs, each method's pass and what it spends outside the
+target's forward, peak memory, and the latency each method would reach at its paper's step compression;
+and MAR-B, -L and -H's pass costs, which give CSpD's cost ratio c.
 
 On a CUDA device it runs the shipped prompts x 2 seeds with 10 timed repeats of each pass, for every
-method. Elsewhere it runs the same sections at a reduced size, so the command itself is tested on the
-CPU: one prompt, one seed, two repeats, `tiny` and the continuous pair, and one method of each family.
+method, and the shapes at full size. Elsewhere it runs the same sections at a reduced size, so the command
+itself is tested on the CPU: one prompt, one seed, two repeats, `tiny` and the continuous pair, one method
+of each family, two release shapes cut down to two thin layers, no MAR.
 A run's seconds are wall time. Every pass ends in its one read of the record to the host, so on a GPU
 that time covers the device's work. Writes report.md and report.json.
 """
@@ -31,11 +36,15 @@ from specviz.decoding.params import WindowParameters
 from specviz.decoding.registry import METHODS
 from specviz.decoding.syncs import hidden_reads
 from specviz.inputs import read_prompts
+from specviz.models.mar.cost import cost_table
+from specviz.models.mar.cost import measure as mar_costs
 from specviz.models.registry import load_model
+from specviz.shapes import measure_shape, release_shapes, shapes_markdown
 
 DISCRETE_MODELS = ("tiny", "tiny-uncertain")
 CONTINUOUS_MODEL = "tiny-continuous"
 PASS_SIZES = (1, 2, 5, 9, 17, 33, 65)
+MAR_ROWS = (1, 4, 8, 16, 32)  # gamma: the CSpD paper's draft numbers
 # the settings each method family's host reads are counted with (small trees and windows: the count is per pass)
 READ_SETTINGS = {"window": {"window": 8}, "tree": {"tree_tokens": 12}, "other": {}}
 
@@ -50,13 +59,20 @@ class Plan:
     sizes: tuple[int, ...]
     models: tuple[str, ...] = (*DISCRETE_MODELS, CONTINUOUS_MODEL)
     benched: tuple[str, ...] | None = None  # the methods bench runs (None: all); host reads count every method
+    shapes: tuple[str, ...] = tuple(release_shapes())  # the releases' shapes with random weights
+    shape_scale: float = 1.0  # below 1: every width divided, two layers (the CPU's check of the code)
+    shape_passes: int = 10  # timed passes of each method on each shape
+    mar: tuple[str, ...] = ("mar-b", "mar-l", "mar-h")  # MAR releases whose pass costs give CSpD's c
 
 
 def plan_for(device: torch.device) -> Plan:
     if device.type == "cuda":
         return Plan(tuple(read_prompts(None)), (0, 1), 10, PASS_SIZES)
-    # on a CPU, a check that the command works: one model of each kind, one method of each family
-    return Plan(("red apple",), (0,), 2, (1, 17), ("tiny", CONTINUOUS_MODEL), ("ar", "sjd", "eagle2", "cspd"))
+    # on a CPU, a check that the command works: one model of each kind, one method of each family, two
+    # release shapes cut down (a transformers family and LlamaGen's own GPT), no MAR
+    reduced_shapes = {"shapes": ("lumina-mgpt-7b", "llamagen-xl"), "shape_scale": 1 / 32, "shape_passes": 2, "mar": ()}
+    methods = ("ar", "sjd", "eagle2", "cspd")
+    return Plan(("red apple",), (0,), 2, (1, 17), ("tiny", CONTINUOUS_MODEL), methods, **reduced_shapes)
 
 
 def machine(device: torch.device) -> dict:
@@ -132,6 +148,7 @@ def gpu_report(device: str, out: Path, plan: Plan | None = None) -> dict:
         "host_reads": [],
         "pass_cost": {},
         "bench": {},
+        "shapes": [],
         "seconds": {},
     }
     started = time.perf_counter()
@@ -139,6 +156,17 @@ def gpu_report(device: str, out: Path, plan: Plan | None = None) -> dict:
     report["seconds"]["CUDA tests"] = round(time.perf_counter() - started, 1)
     for name in plan.models:
         measure_model(name, device, plan, report)
+    for name in plan.shapes:
+        clock = time.perf_counter()
+        shape = release_shapes()[name].scaled(plan.shape_scale)
+        report["shapes"].append(measure_shape(shape, place, plan.sizes, plan.repeats, plan.shape_passes))
+        report["seconds"][f"{name} shape"] = round(time.perf_counter() - clock, 1)
+    if plan.mar:
+        clock = time.perf_counter()
+        costs = {name: mar_costs(name, place, list(MAR_ROWS), repeats=3) for name in plan.mar}
+        report["mar"] = {"costs": {name: [asdict(cost) for cost in rows] for name, rows in costs.items()},
+                         "markdown": cost_table(costs, place)}  # fmt: skip
+        report["seconds"]["MAR pass costs"] = round(time.perf_counter() - clock, 1)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1))
     (out / "report.md").write_text(markdown(report))
@@ -163,8 +191,8 @@ def markdown(report: dict) -> str:
         "",
         "## Host reads per pass",
         "",
-        "`aten::item` calls per pass, each a device sync on a GPU, leaving out CPU-only argument checks. A window or "
-        "tree pass also reads its record once (`tolist`); AR's one read is its token.",
+        "`aten::item` calls per pass, each a device sync on a GPU, leaving out CPU-only argument checks. Every pass "
+        "also reads its record once (and a tree its shape), through `specviz.syncing`: not counted here.",
         "",
         "| model | method | reads per pass |",
         "|---|---|---:|",
@@ -180,6 +208,10 @@ def markdown(report: dict) -> str:
     lines += ["", "## Every method against AR"]
     for entry in report["bench"].values():
         lines += ["", entry["markdown"]]
+    if report["shapes"]:
+        lines += ["", *shapes_markdown(report["shapes"])]
+    if "mar" in report:
+        lines += ["", "## MAR: CSpD's cost ratio", "", report["mar"]["markdown"]]
     lines += ["", "## Time per section", "", "| section | seconds |", "|---|---:|"]
     lines += [f"| {name} | {value} |" for name, value in report["seconds"].items()]
     return "\n".join(lines) + "\n"

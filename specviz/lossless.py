@@ -136,7 +136,7 @@ def sample_sequences(
 ) -> list[tuple[int, ...]]:
     spec = get_method(method)
     params = spec.resolve(params)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=model.device).manual_seed(seed)  # the device's own random stream
     sequences = []
     with torch.inference_mode():
         for _ in range(samples):
@@ -186,12 +186,16 @@ def check_lossless(
     params: dict | None = None,
     toy: str = "short",
     greedy: bool = False,
+    device: str = "cpu",
 ) -> LosslessReport:
     """Sample `samples` sequences with `method` from a toy (at its own sampling settings, or greedy)
-    and compare them with the toy's exact AR distribution."""
+    and compare them with the toy's exact AR distribution. `device` (the `llama` toy only) runs the
+    network and draws every random number on that device."""
     if toy not in TOYS:
         raise ValueError(f"unknown toy {toy!r}; choose one of {', '.join(TOYS)}")
-    model = TOYS[toy]()
+    if device != "cpu" and toy != "llama":
+        raise ValueError(f"the {toy} toy runs on the CPU; the llama toy runs on any device")
+    model = TOYS[toy](device=device) if toy == "llama" else TOYS[toy]()
     sampling = model.default_sampling
     if greedy:
         sampling = SamplingSettings(**{**sampling.to_dict(), "temperature": 0.0})

@@ -2,14 +2,18 @@
 
 Without CUDA every test here is skipped and says so. On a GPU they run every method on `tiny` and the
 continuous pair on the device, count the hidden host reads of each window and tree pass there (each
-one a device sync), and compare a session's logits on the GPU with the same session on the CPU.
+one a device sync), run passes under CUDA's sync debug mode (an error at any sync but the intended
+ones), prove methods exact with every random number drawn on the GPU, and compare a session's logits
+on the GPU with the same session on the CPU.
 """
 
 import pytest
 import torch
 
 from specviz.decoding import METHODS, run
+from specviz.decoding.registry import get_method
 from specviz.decoding.syncs import hidden_reads
+from specviz.lossless import check_lossless
 from specviz.models.registry import load_model
 from specviz.trace import Trace
 
@@ -42,6 +46,31 @@ def test_every_method_completes_an_image_on_the_gpu(tiny_cuda, method):
 @pytest.mark.parametrize("method", [name for name in DISCRETE if name != "ar"])
 def test_window_and_tree_passes_make_no_hidden_host_read_on_the_gpu(tiny_cuda, method):
     assert hidden_reads(tiny_cuda, method, _settings(method)) == 0
+
+
+@pytest.mark.parametrize("method", DISCRETE)
+def test_passes_make_no_sync_but_the_intended_ones(tiny_cuda, method):
+    """`torch.cuda.set_sync_debug_mode("error")` raises at any synchronisation outside `specviz.syncing`."""
+    spec = get_method(method)
+    params = spec.resolve(_settings(method))
+    with torch.inference_mode():
+        decoder = spec.open(tiny_cuda, "red apple", 0, tiny_cuda.default_sampling, params)
+        decoder.next()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            records = [decoder.next() for _ in range(3)]
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    assert all(record is not None for record in records)
+
+
+@pytest.mark.parametrize(
+    ("method", "params"), [("ar", {}), ("sjd", {}), ("scd-mc", {}), ("eagle2", {"drafter": "head"})]
+)
+def test_exact_on_the_gpus_own_random_streams(method, params):
+    """The llama toy on the GPU, every random number drawn there: the samples match its exact AR law."""
+    report = check_lossless(method, samples=5000, toy="llama", params=params, device="cuda")
+    assert report.matches, report.summary()
 
 
 @pytest.mark.parametrize("method", ["eagle2", "peanut"])

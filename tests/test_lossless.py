@@ -245,3 +245,16 @@ def test_a_session_that_keeps_rejected_drafts_in_its_cache_is_caught(monkeypatch
     report = check_lossless("sjd", samples=400, seed=11, toy=toy)
     print(report.summary())
     assert not report.matches
+
+
+def test_only_the_llama_toy_runs_on_another_device():
+    with pytest.raises(ValueError, match="the short toy runs on the CPU"):
+        check_lossless("sjd", samples=10, toy="short", device="cuda")
+
+
+def test_the_llama_toy_on_a_named_device_draws_the_same_network():
+    from specviz.models.toys import LlamaToyModel
+
+    here, named = LlamaToyModel(), LlamaToyModel(device="cpu")
+    sequence = [0, 1, 3, 2, 0, 3]
+    torch.testing.assert_close(here.reference_raw_logits(sequence), named.reference_raw_logits(sequence))

@@ -14,6 +14,7 @@ import torch
 from specviz.decoding.params import NoParameters
 from specviz.models.protocol import Session
 from specviz.models.settings import SamplingSettings
+from specviz.syncing import read_to_host
 from specviz.trace import TokenRecord
 
 
@@ -31,4 +32,6 @@ def iterate(
             logits = session.forward(token)[0]
             session.commit(1)
         token = torch.multinomial(sampling.probabilities(logits), 1, generator=generator)
-        yield TokenRecord(start=position, committed=[int(token)], forward_ms=(time.perf_counter() - started) * 1000)
+        yield TokenRecord(
+            start=position, committed=read_to_host(token), forward_ms=(time.perf_counter() - started) * 1000
+        )

@@ -58,6 +58,7 @@ from specviz.decoding.window import PassClock
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.session import TreeMask
 from specviz.models.settings import SamplingSettings
+from specviz.syncing import read_to_host
 from specviz.trace import DraftTree, Iteration, TokenRecord, TreeRecord
 
 FATES = ("untested", "rejected", "accepted")  # fate codes 0, 1, 2 on the device
@@ -169,7 +170,7 @@ def grow(
     packed = torch.stack(
         [kept.double()] + [columns[name][kept].double() for name in ("tokens", "parent", "depth", "score", "log_conf")]
     )
-    index, tokens, parents, depths, scores, log_conf = packed.tolist()  # the tree's one host read
+    index, tokens, parents, depths, scores, log_conf = read_to_host(packed)  # the tree's one host read
     node_of: dict[int, int] = {}
     kept_tokens, kept_parents, kept_depths, kept_confidence = [], [], [], []
     nodes = zip(index, tokens, parents, depths, scores, log_conf, strict=True)
@@ -278,7 +279,7 @@ class TreeLoop:
 
     def first_record(self) -> TokenRecord:
         """Position 0 is drawn from the prefill's distribution: exact, and no extra pass."""
-        return TokenRecord(start=0, committed=[int(self.head[0])], forward_ms=0.0)
+        return TokenRecord(start=0, committed=read_to_host(self.head[:1]), forward_ms=0.0)
 
     def step(self) -> TreeRecord:
         """Grow a tree below the head, verify it in one pass, commit the accepted path and the next token."""
@@ -297,7 +298,7 @@ class TreeLoop:
         verified = self.clock.mark()
         n = len(tree.tokens)
         packed = torch.cat([verdict.next_token, verdict.reached.long(), verdict.fate]).double()
-        values = torch.cat([packed, verdict.p_target.double()]).tolist()  # the record's one host read
+        values = read_to_host(torch.cat([packed, verdict.p_target.double()]))  # the record's one host read
         host_started = time.perf_counter()
         next_token, reached = int(values[0]), values[1 : 1 + n]
         fate = [FATES[int(code)] for code in values[1 + n : 1 + 2 * n]]

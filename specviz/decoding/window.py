@@ -29,6 +29,7 @@ from specviz.decoding.params import WindowParameters
 from specviz.decoding.sampling import sample, token_probs
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.settings import SamplingSettings
+from specviz.syncing import read_to_host
 from specviz.trace import Iteration, TokenRecord, WindowRecord
 
 RESIDUAL_TOP = 6  # tokens recorded at a rejected position, enough to draw its residual
@@ -161,7 +162,7 @@ class JacobiWindow:
 
     def first_record(self) -> Iteration:
         """Position 0 is drawn from the prefill's distribution: exact, and no extra pass."""
-        return TokenRecord(start=0, committed=[int(self.head[0])], forward_ms=0.0)
+        return TokenRecord(start=0, committed=read_to_host(self.head[:1]), forward_ms=0.0)
 
     def forward(self) -> WindowPass:
         """One model pass over [head, drafts]: the target rows of the draft positions and the next."""
@@ -307,7 +308,7 @@ def copy_to_host(step: WindowPass, verdict: Verdict, vocab: int, clock: PassCloc
     floats = torch.cat([torch.stack(list(rows.values())).flatten(), q_row[top], p_row[top]])
     packed = torch.cat([torch.cat(list(integers.values())).to(torch.float64), floats.to(torch.float64)])
     verified = clock.mark()
-    values = packed.tolist()  # the pass's one host sync
+    values = read_to_host(packed)  # the pass's one host sync
     host, at = {}, 0
     for name, tensor in integers.items():
         host[name], at = [int(v) for v in values[at : at + tensor.numel()]], at + tensor.numel()

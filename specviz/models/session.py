@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from specviz.models.protocol import IMAGE_CELL, Geometry
+from specviz.syncing import intended_sync
 
 # (tokens (rows, n), cache, attention_mask (rows, 1, n, cache length after the pass) bool or None,
 #  position_ids (rows, n) or None) -> raw logits (rows, n, V): one model pass appending n tokens per row.
@@ -112,7 +113,8 @@ class TreeMask:
         ancestors, depth = tree_structure(parents)
         n = len(parents)
         parts = [ancestors.view(-1).long(), depth, *(part.reshape(-1).long() for part in also)]
-        packed = torch.cat(parts).to(device)
+        with intended_sync():  # the tree's one copy to the device
+            packed = torch.cat(parts).to(device)
         pieces = list(packed.split([part.numel() for part in parts]))
         mask = cls(list(parents), pieces[0].view(n, n).bool(), pieces[1])
         return mask, [piece.view(part.shape) for piece, part in zip(pieces[2:], also, strict=True)]
@@ -144,6 +146,7 @@ class CachedSession:
         self.features: torch.Tensor | None = None
         self.position = 0
         self.nfe = 1
+        self.tokens_fed = 0  # tokens run through the model after the prefill, rejected ones included
         self._cache = cache
         self._prompt = prompt
         self._plain_prompt = prompt.plain
@@ -196,6 +199,7 @@ class CachedSession:
             raw, self.features = raw
         self._pending, self._parents = count, parents
         self.nfe += 1
+        self.tokens_fed += count
         self._last = self._force(self._combine(raw.float(), self._scale), self.position + 1, depth)
         return self._last
 
@@ -235,7 +239,8 @@ class CachedSession:
     def _gather(self, path: list[int]) -> None:
         """Move the path's keys and values to the slots right after the committed prefix."""
         start = self._prompt.width + self.position
-        source = torch.tensor(path, device=self._device) + start
+        with intended_sync():  # the kept path's one copy to the device
+            source = torch.tensor(path, device=self._device) + start
         if not isinstance(self._cache, DynamicCache):
             raise TypeError(f"cannot keep a tree path in a {type(self._cache).__name__}; use a DynamicCache")
         with torch.inference_mode():
@@ -330,9 +335,11 @@ def separate_prompts_session(
     *,
     combine: CombineFn = combine_guidance,
     token_vectors: torch.Tensor | None = None,
+    draft_head=None,
 ) -> CachedSession:
     """A session over prompt rows (1, L) of any lengths, row 0 conditional, for a transformers decoder
-    that takes input ids and returns `last_hidden_state`; `input_ids` maps method ids to its ids.
+    that takes input ids and returns `last_hidden_state`; `input_ids` maps method ids to its ids. With an
+    EAGLE `draft_head` (`specviz.models.draft_head`), every pass also keeps the decoder's last hidden states.
 
     Each row is prefilled alone, so no padding enters a prefill; the rows are then merged left-padded,
     and the session hides the padding and counts positions from each row's first real token, so every
@@ -356,7 +363,7 @@ def separate_prompts_session(
             past_key_values=cache,
             use_cache=True,
         ).last_hidden_state
-        return head(hidden)
+        return (head(hidden), hidden) if draft_head is not None else head(hidden)
 
     return CachedSession(
         geometry,
@@ -367,4 +374,6 @@ def separate_prompts_session(
         guidance_scale,
         combine=combine,
         token_vectors=token_vectors,
+        draft_head=draft_head,
+        prefill_features=torch.cat(last) if draft_head is not None else None,
     )

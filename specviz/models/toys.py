@@ -117,11 +117,18 @@ class LlamaToyModel:
     """
 
     name = "toy-llama"
-    device = torch.device("cpu")
     reference_generate = None
     window = 3
 
-    def __init__(self, seed: int = 0, geometry: Geometry | None = None, sampling: SamplingSettings | None = None):
+    def __init__(
+        self,
+        seed: int = 0,
+        geometry: Geometry | None = None,
+        sampling: SamplingSettings | None = None,
+        device: torch.device | str = "cpu",
+    ):
+        """Weights drawn on the CPU for `seed`, then moved to `device`: the same network everywhere."""
+        self.device = torch.device(device)
         self.geometry = geometry or rows_with_end_slots(2, 2, 4)
         self.default_sampling = sampling or SamplingSettings(temperature=0.8, top_k=None, top_p=0.9, guidance_scale=2.0)
         vocab = self.geometry.vocab_size
@@ -142,18 +149,20 @@ class LlamaToyModel:
             for parameter in self.lm.parameters():  # far from uniform, so the test has something to find
                 if parameter.dim() == 2:
                     parameter.normal_(0.0, 0.2)
+        self.lm.to(self.device)
         self.prompt_tokens = (vocab, vocab + 1)
         self.head = image_head(self.lm.lm_head.weight[: vocab - 1], layout_tokens=1)
         codes = torch.linspace(0.0, 1.0, vocab - 1)[:, None]
-        self.token_vectors = torch.cat([codes, torch.tensor([[1000.0]])])
+        self.token_vectors = torch.cat([codes, torch.tensor([[1000.0]])]).to(self.device)
         with torch.random.fork_rng(devices=[]):  # an untrained EAGLE head: poor drafts, still exact output
             torch.manual_seed(seed + 1)
-            self.draft_head = DraftHead.sized_for(self.lm.config, self.lm.model.embed_tokens, self.head).eval()
+            head = DraftHead.sized_for(self.lm.config, self.lm.model.embed_tokens, self.head)
+        self.draft_head = head.eval().to(self.device)
 
     @torch.inference_mode()
     def reference_raw_logits(self, sequence: list[int]) -> torch.Tensor:
         """(2, len(sequence), V): each row's prompt token then the sequence, one uncached causal forward."""
-        ids = torch.tensor([[prompt, *sequence[:-1]] for prompt in self.prompt_tokens])
+        ids = torch.tensor([[prompt, *sequence[:-1]] for prompt in self.prompt_tokens], device=self.device)
         return self.head(self.lm.model(input_ids=ids, use_cache=False).last_hidden_state)
 
     @torch.inference_mode()
@@ -161,7 +170,7 @@ class LlamaToyModel:
         decoder = self.lm.model
         rows = self.prompt_tokens[: 1 if guidance_scale == 1.0 else GUIDANCE_ROWS]
         cache = DynamicCache(config=self.lm.config)
-        ids = torch.tensor(rows)[:, None]
+        ids = torch.tensor(rows, device=self.device)[:, None]
         hidden = decoder(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
 
         def run(
