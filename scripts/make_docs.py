@@ -197,6 +197,55 @@ SECTIONS = [
         ],
     ),
     Section(
+        "sjd-pac",
+        "SJD-PAC against SJD, and its two parts",
+        "The shipped prompts x 2 seeds on `tiny-uncertain` (uncertain, as real models are) and on `tiny`: AR, SJD at "
+        "its default window of 16 and at SJD-PAC's 53 positions, SJD-PAC with the authors' defaults, and the "
+        "paper's ablation: the plain chain (one candidate, no tree positions) without and with Adaptive "
+        "Continuation, and Proactive Drafting without Adaptive Continuation. Step compression is the comparison; "
+        "on these CPU cores a 64-token pass costs several one-token passes, so latency is not (see pass-cost).",
+        [
+            *(
+                cmd
+                for model in ("tiny-uncertain", "tiny")
+                for cmd in (
+                    bench("--model", model, "--methods", "ar,sjd,sjd-pac", "--seeds", "2", "--skip-generate"),
+                    bench("--model", model, "--methods", "sjd", "--window", "53", "--seeds", "2", "--skip-generate"),
+                    bench(
+                        "--model",
+                        model,
+                        "--methods",
+                        "sjd-pac",
+                        "--candidates",
+                        "1",
+                        "--tree-positions",
+                        "0",
+                        "--no-continuation",
+                        "--seeds",
+                        "2",
+                        "--skip-generate",
+                    ),
+                    bench(
+                        "--model",
+                        model,
+                        "--methods",
+                        "sjd-pac",
+                        "--candidates",
+                        "1",
+                        "--tree-positions",
+                        "0",
+                        "--seeds",
+                        "2",
+                        "--skip-generate",
+                    ),
+                    bench(
+                        "--model", model, "--methods", "sjd-pac", "--no-continuation", "--seeds", "2", "--skip-generate"
+                    ),
+                )
+            )
+        ],
+    ),
+    Section(
         "cspd",
         "CSpD on the embedded continuous pair",
         "cspd (the paper's Algorithm 1) and cspd-exact (speculative sampling on whole denoising paths) by draft "

@@ -130,7 +130,7 @@ def _host_reads_of_passes(tiny, method: str, settings: dict, monkeypatch, passes
     return reads
 
 
-@pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gs", "jacobi", "lantern", "gsd"])
+@pytest.mark.parametrize("method", ["sjd", "scd-mc", "scd-gs", "jacobi", "lantern", "gsd", "sjd-pac"])
 def test_one_host_read_per_window_pass(tiny, method, monkeypatch):
     """On a GPU every read of a tensor's value on the host is a sync: a pass makes exactly one."""
     assert _host_reads_of_passes(tiny, method, {"window": 8}, monkeypatch) == ["tolist"] * 5
@@ -145,7 +145,7 @@ def _hidden_reads_of_passes(model, method: str, settings: dict, passes: int = 3)
 @pytest.mark.parametrize(
     "method, settings",
     [
-        *((method, {"window": 8}) for method in ("jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd")),
+        *((method, {"window": 8}) for method in ("jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd", "sjd-pac")),
         *((method, {"tree_tokens": 12}) for method in ("eagle2", "peanut", "peanut-lantern")),
     ],
 )

@@ -99,7 +99,7 @@ def test_exact_through_a_real_transformers_cache(method, size):
     _passes(method, size("llama"), toy="llama")
 
 
-@pytest.mark.parametrize("method", ["ar", "jacobi", "sjd", "scd-mc", "scd-gs", "eagle2", "peanut"])
+@pytest.mark.parametrize("method", ["ar", "jacobi", "sjd", "scd-mc", "scd-gs", "eagle2", "peanut", "sjd-pac"])
 def test_greedy_has_one_outcome_and_every_method_finds_it(method):
     report = _passes(method, 50, toy="llama", greedy=True)
     assert report.dof == 0 and report.tv_distance == 0.0
@@ -153,6 +153,44 @@ def test_a_tree_that_may_draw_a_refused_child_again_is_caught(monkeypatch):
     """The token after the accepted path drawn from all of p, the refused children left in."""
     monkeypatch.setattr("specviz.decoding.tree.without_refused", lambda p, refused: p)
     report = check_lossless("eagle2", samples=600, seed=11)
+    print(report.summary())
+    assert not report.matches and report.p_value < 1e-6
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"continuation": False}, {"candidates": 2, "tree_positions": 3}, {"candidates": 1, "tree_positions": 0}],
+)
+def test_sjd_pac_matches_exact_ar(params, size):
+    """The 3-ary tree of depth 3 over the short toy's window of 3 (its 4 image tokens drawn three at a time
+    without replacement), Adaptive Continuation off, a deeper binary tree, and the plain chain."""
+    kind = "main" if not params else "variant"
+    assert _passes("sjd-pac", size(kind), params=params).tv_distance < size.tv(0.04, kind)
+
+
+def test_sjd_pac_stays_exact_on_the_long_toy_and_through_real_attention(size):
+    _passes("sjd-pac", size("long"), toy="long")
+    _passes("sjd-pac", size("llama"), toy="llama")
+
+
+def test_sjd_pac_trees_branch_and_later_candidates_win():
+    """The tests above mean something only if later candidates get tested and accepted."""
+    model = TOYS["short"]()
+    second_candidate_accepted = 0
+    for seed in range(50):
+        trace = run(model, "sjd-pac", "toy", seed, model.default_sampling, {"window": model.window})
+        for it in trace.iterations[1:]:
+            siblings = {node: it.tree.parents.count(it.tree.parents[node]) for node in it.path}
+            second_candidate_accepted += any(
+                it.tree.parents[:node].count(it.tree.parents[node]) >= 1 for node in it.path if siblings[node] > 1
+            )
+    assert second_candidate_accepted >= 10
+
+
+def test_sjd_pac_without_residuals_is_caught(monkeypatch):
+    """Later candidates tested against the node's full p, and refused drafts redrawn from all of p."""
+    monkeypatch.setattr("specviz.decoding.sjd_pac.residual", lambda p_new, p_old: p_new)
+    report = check_lossless("sjd-pac", samples=3_000, seed=11)
     print(report.summary())
     assert not report.matches and report.p_value < 1e-6
 

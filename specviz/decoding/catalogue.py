@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from specviz.decoding.params import (
+    DraftTreeParameters,
     GsdParameters,
     LanternParameters,
     NoParameters,
     Parameters,
     PeanutLanternParameters,
     PeanutParameters,
+    SjdPacParameters,
     SpeculativeParameters,
     TreeParameters,
     WindowParameters,
@@ -48,7 +50,7 @@ class MethodInfo:
     @property
     def drafts_trees(self) -> bool:
         """Verifies a draft tree per pass, which needs tree attention (a transformers cache)."""
-        return issubclass(self.parameters, TreeParameters)
+        return issubclass(self.parameters, DraftTreeParameters)
 
     def is_lossless(self, greedy: bool) -> bool:
         return self.lossless or (greedy and self.lossless_when_greedy)
@@ -97,6 +99,14 @@ CATALOGUE: dict[str, MethodInfo] = {
         ),
         MethodInfo(
             "scd-gs", WindowParameters, True, "speculative coupled decoding, Gumbel sharing", discrete="scd_gs:iterate"
+        ),
+        MethodInfo(
+            "sjd-pac",
+            SjdPacParameters,
+            True,
+            "SJD-PAC: SJD with a K-ary tree of candidates after each rejection and the later drafts kept where "
+            "they pass against the stale target",
+            discrete="sjd_pac:iterate",
         ),
         MethodInfo(
             "lantern",

@@ -196,7 +196,12 @@ def _tree_top_k(default: int) -> Any:
 
 
 @dataclass(frozen=True)
-class TreeParameters(Parameters):
+class DraftTreeParameters(Parameters):
+    """A method that verifies a draft tree in each pass, so it needs tree attention (a transformers cache)."""
+
+
+@dataclass(frozen=True)
+class TreeParameters(DraftTreeParameters):
     """A draft tree verified in one pass (eagle2, peanut), grown as EAGLE-2 grows it.
 
     Depth counts levels of drafts below the decided head token; size counts drafts. EAGLE-2's released
@@ -294,3 +299,30 @@ def all_fields(classes: list[type[Parameters]]) -> dict[str, tuple[type, Spec]]:
         for name, kind, spec in cls.fields():
             result.setdefault(name, (kind, spec))
     return result
+
+
+@dataclass(frozen=True)
+class SjdPacParameters(DraftTreeParameters):
+    """SJD-PAC (Kang et al., CVPR 2026). Defaults are the authors': 64 tokens per pass, of which the head,
+    3 candidates on each of the next 2 positions (every combination: 3 + 9 tree nodes) and a chain of 51
+    drafts, so 53 positions drafted. Their code's `tree_width` 3 is `candidates`, its `tree_depth` 3
+    counts the head and is `tree_positions` 2, its `max_num_new_tokens` 64 counts every token fed."""
+
+    window: int = parameter(
+        53, "positions drafted after the head (the first tree_positions of them with several candidates)",
+        "Window W", low=1, high=MAX_WINDOW,
+    )  # fmt: skip
+    candidates: int = parameter(
+        3, "Proactive Drafting: candidates K drawn without replacement at each tree position", "Candidates K",
+        low=1, high=8,
+    )  # fmt: skip
+    tree_positions: int = parameter(
+        2, "positions after the head that get K candidates; the pass verifies every combination (K^n paths)",
+        "Tree positions", low=0, high=3,
+    )  # fmt: skip
+    continuation: bool = parameter(
+        True,
+        "Adaptive Continuation: after a rejection, a later draft that passes its own test against the stale "
+        "target is kept (false: redrawn from it, as SJD does)",
+        "Adaptive Continuation",
+    )

@@ -61,7 +61,7 @@ class Method(MethodInfo):
         raises UnsupportedMethod when the model lacks what the method or its drafter needs."""
         if self.needs_token_vectors:
             neighbour_table(token_vectors(session, self.name), parameters.neighbours)
-        if self.drafts_trees:
+        if self.drafts_trees and hasattr(parameters, "drafter"):
             check_needs(session, parameters.drafter)
 
 
