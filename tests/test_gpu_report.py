@@ -71,7 +71,7 @@ def test_the_reduced_report_measures_release_shapes_cut_down(report):
     assert list(shapes) == ["lumina-mgpt-7b", "llamagen-xl"] and "## Release shapes, random weights" in page
     lumina = shapes["lumina-mgpt-7b"]
     rows = {row["method"]: row for row in lumina["methods"]}
-    assert set(rows) == {"ar", "sjd", "scd-mc", "eagle2", "peanut"}
+    assert set(rows) == {"ar", "sjd", "scd-mc", "eagle2", "peanut", "sjd-pac"}
     assert rows["ar"]["width"] == 1 and rows["sjd"]["width"] > 1 and rows["eagle2"]["width"] > rows["sjd"]["width"]
     assert all(row["reads_per_pass"] == 0 and 0 <= row["outside_forward"] < 1 for row in rows.values())
     sjd = next(row for row in lumina["predicted"] if row["method"] == "sjd")
