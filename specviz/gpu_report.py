@@ -32,7 +32,6 @@ import torch
 
 from specviz.bench import bench
 from specviz.decoding.cost import cost_sentence, pass_costs
-from specviz.decoding.params import WindowParameters
 from specviz.decoding.registry import METHODS
 from specviz.decoding.syncs import hidden_reads
 from specviz.inputs import read_prompts
@@ -46,7 +45,7 @@ CONTINUOUS_MODEL = "tiny-continuous"
 PASS_SIZES = (1, 2, 5, 9, 17, 33, 65)
 MAR_ROWS = (1, 4, 8, 16, 32)  # gamma: the CSpD paper's draft numbers
 # the settings each method family's host reads are counted with (small trees and windows: the count is per pass)
-READ_SETTINGS = {"window": {"window": 8}, "tree": {"tree_tokens": 12}, "other": {}}
+READ_SETTINGS = {"window": 8, "tree_tokens": 12}
 
 
 @dataclass(frozen=True)
@@ -90,11 +89,10 @@ def machine(device: torch.device) -> dict:
     return facts
 
 
-def _family(method: str) -> str:
-    info = METHODS[method]
-    if info.drafts_trees:
-        return "tree"
-    return "window" if issubclass(info.parameters, WindowParameters) else "other"
+def read_settings(method: str) -> dict:
+    """The small window or tree the method's host reads are counted with, by the parameters it takes."""
+    takes = {name for name, _, _ in METHODS[method].parameters.fields()}
+    return {name: value for name, value in READ_SETTINGS.items() if name in takes}
 
 
 def host_read_rows(model, methods: list[str]) -> list[dict]:
@@ -102,7 +100,7 @@ def host_read_rows(model, methods: list[str]) -> list[dict]:
     rows = []
     for method in methods:
         passes = 3
-        found = hidden_reads(model, method, READ_SETTINGS[_family(method)], passes)
+        found = hidden_reads(model, method, read_settings(method), passes)
         rows.append({"model": model.name, "method": method, "reads_per_pass": found / passes})
     return rows
 

@@ -31,18 +31,20 @@ the tree (a Python loop over the K sibling ranks only).
 Where this differs from the official code, and why:
 - Siblings. The official code draws the next pass's K candidates at a position from the residual
   max(p_stale - q_old, 0), the first replaced by the old draft where that draft passed its test, and
-  verifies them as if drawn without replacement from p_stale. We could not prove that law exact (it
-  differs from K draws without replacement from p_stale where the old draft is kept; emulated on the
-  toys it passes the chi-square at 6,000 images, so any deviation is small). Here candidate 1 is the
-  Adaptive Continuation token (an exact draw from p_stale) and candidates 2..K are drawn without
-  replacement from p_stale given it (Gumbel top-k): the law the verification's proof assumes.
+  tests them as if drawn without replacement from p_stale: candidates 2..K are then tested against a q
+  they were not drawn from. (Emulated on the toys, that law still passes the chi-square at 6,000
+  images, so its deviation is small there.) Here candidate 1 is the Adaptive Continuation token (an
+  exact draw from p_stale) and candidates 2..K are drawn without replacement from p_stale given it
+  (Gumbel top-k): the law the verification assumes.
 - Choosing the path. As we read it, the official code accepts the longest run over every root-to-leaf
   row of the tree at once, which can take sibling b + 1's subtree although sibling b passed; here the
   first passing sibling is taken, as recursive rejection sampling requires.
 - Stale rows. Like the official code, positions inside the tree take their stale row from the path
   that was accepted, continued through first candidates, and positions beyond it from the chain.
 - New slots are drawn uniformly over the image codes (the official code's random initialisation);
-  the slot after the window takes the last chain row, as SJD's refined draft. Forced layout slots have
+  the slot after the window takes the last chain row, as SJD's refined draft (the official code fills
+  it uniformly), and after a fully accepted pass the next token is drawn from the last node's row (the
+  official code, as we read it, takes it from its uniform padding row, which is not exact). Forced layout slots have
   one candidate. The tree keeps its shape: a candidate that cannot be drawn (fewer than K tokens left in
   q's support) is fed but never accepted.
 
@@ -91,7 +93,7 @@ class PacTree:
     ranks: list[int]
     levels: int
     fed: TreeMask  # the head (row 0) and the nodes, on the device
-    device: torch.device
+    on_device: torch.Tensor  # (3, n): parents, depths and ranks on the device
 
     @classmethod
     def build(cls, columns: int, width: int, tree_positions: int, device: torch.device) -> PacTree:
@@ -113,20 +115,20 @@ class PacTree:
             depths.append(depth)
             ranks.append(0)
             main = len(parents) - 1
-        fed, _ = TreeMask.on(device, [-1] + [parent + 1 for parent in parents])
-        return cls(parents, depths, ranks, levels, fed, device)
+        # the mask and the index columns go to the device in one copy (a copy from the host waits for it)
+        fed, (columns,) = TreeMask.on(device, [-1] + [p + 1 for p in parents], torch.tensor([parents, depths, ranks]))
+        return cls(parents, depths, ranks, levels, fed, columns)
 
     @cached_property
     def index(self) -> dict[str, torch.Tensor]:
-        """The tree's index tensors on the device."""
-        device = self.device
-        parents = torch.tensor(self.parents, device=device)
-        has_children = torch.zeros(len(self.parents) + 1, dtype=torch.bool, device=device)
+        """The tree's index tensors on the device, made there from the one copy."""
+        parents, depths, ranks = self.on_device
+        has_children = torch.zeros(len(self.parents) + 1, dtype=torch.bool, device=parents.device)
         return {
             "parent_row": parents + 1,  # row of p holding each node's parent
-            "column": torch.tensor(self.depths, device=device) - 1,  # the position each node drafts
-            "rank": torch.tensor(self.ranks, device=device),
-            "depth": torch.tensor(self.depths, device=device),
+            "column": depths - 1,  # the position each node drafts
+            "rank": ranks,
+            "depth": depths,
             "earlier": sibling_order(parents),  # (n, n): siblings tested before each node
             "ancestors": self.fed.ancestors[1:, 1:].float(),  # (n, n): each node and its ancestors
             "has_children": has_children.index_fill_(0, parents + 1, True),  # per row of p
