@@ -58,3 +58,12 @@ def test_the_scd_preset_shows_the_effect_it_quotes_on_the_uncertain_model():
         return sum(it.changed for it in trace.iterations) / sum(it.carried for it in trace.iterations)
 
     assert changed(method) < changed(baseline) - 0.1  # coupled redraws keep what SJD's fresh ones change
+
+
+def test_the_sjd_pac_preset_quotes_its_run_and_sjds():
+    preset = PRESET_BY_KEY["sjd-pac"]
+    model = get_entry(preset.model).load()
+    method, baseline = (
+        run(model, name, preset.prompt, preset.seed, params=preset.params) for name in preset.compare[::-1]
+    )
+    assert (method.nfe, baseline.nfe) == (62, 103) and "62 against SJD's 103" in preset.explanation

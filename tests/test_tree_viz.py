@@ -329,3 +329,13 @@ def test_the_race_map_grows_with_the_run_and_matches_inspects_maps(sjd, peanut_t
     drawn = np.isclose(specviz.metrics.depth_map(peanut_trace), 0)
     grey = np.array(Image.new("RGB", (1, 1), colors()["committed"]))[0, 0]
     assert title.startswith("depth at which") and (np.asarray(tree_map)[drawn] == grey).all()
+
+
+def test_a_tree_with_a_long_chain_opens_on_its_branching(tiny):
+    """SJD-PAC's pass is a small tree then a chain of about 50 drafts: the figure opens on the first
+    depths, where the candidates branch, and says how to reach the rest."""
+    trace = run(tiny, "sjd-pac", "red apple", 0)
+    j = next(k for k, it in enumerate(trace.iterations) if it.kind == "tree" and max(it.tree.depths) > 12)
+    figure = tree_figure(trace, j)
+    assert tuple(figure.layout.xaxis.range) == (-0.5, 12.9)
+    assert f"depths 0-12 of {max(trace.iterations[j].tree.depths)} shown" in figure.layout.title.text

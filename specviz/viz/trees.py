@@ -46,6 +46,7 @@ FATE_TEXT = {
 }
 DRAWN_LABEL = "drawn by the target (depth 0)"
 LEGEND_BELOW = {"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0.5, "xanchor": "center"}
+SHOWN_DEPTH = 12  # depths a tree figure opens on; deeper nodes are a drag away
 SLOT_PIXELS = 30  # vertical room per leaf of a drawn tree: enough for a token label above a node
 TREE_MARGINS = 300  # pixels of a tree figure outside its plot: title, axis, legend
 
@@ -191,8 +192,11 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -
         )
     top = int(depth.max())
     ticks = list(range(top + 1))
+    shown = min(top, SHOWN_DEPTH)  # a long chain (sjd-pac's) is panned to; the branching stays legible
+    if shown < top:
+        title += f"<br>depths 0-{shown} of {top} shown: drag to pan along the chain"
     fig.update_xaxes(
-        range=[-0.5, top + 0.9],  # room for the label right of the drawn token
+        range=[-0.5, shown + 0.9],  # room for the label right of the drawn token
         tickvals=ticks,
         ticktext=["head"] + [f"{d}" for d in ticks[1:]],
         title=f"depth in the tree (depth d drafts position {it.start} + d - 1)",
