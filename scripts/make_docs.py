@@ -246,6 +246,38 @@ SECTIONS = [
         ],
     ),
     Section(
+        "lantern-pp",
+        "LANTERN++: a static tree with relaxed acceptance",
+        "LANTERN++ (EAGLE-1's static tree `mc_sim_7b_63`, LANTERN's test at delta 0.1, k 1000) beside EAGLE-2 and "
+        "PEANUT + LANTERN on the shipped prompts x 1 seed: on `tiny` with its trained EAGLE head, as the paper "
+        "drafts, and on `tiny-uncertain` with the training-free drafter. Then the deviation the relaxation costs, "
+        "measured on the exactness toy against its exact AR distribution (at delta 0 the static tree is exact).",
+        [
+            bench(
+                "--model",
+                "tiny",
+                "--methods",
+                "ar,eagle2,peanut-lantern,lantern++",
+                "--drafter",
+                "head",
+                "--seeds",
+                "1",
+                "--skip-generate",
+            ),
+            bench(
+                "--model",
+                "tiny-uncertain",
+                "--methods",
+                "ar,sjd,eagle2,peanut-lantern,lantern++",
+                "--seeds",
+                "1",
+                "--skip-generate",
+            ),
+            [*SPECVIZ, "check-lossless", "--method", "lantern++", "--samples", "3000"],
+            [*SPECVIZ, "check-lossless", "--method", "lantern++", "--samples", "3000", "--delta", "0"],
+        ],
+    ),
+    Section(
         "cspd",
         "CSpD on the embedded continuous pair",
         "cspd (the paper's Algorithm 1) and cspd-exact (speculative sampling on whole denoising paths) by draft "

@@ -226,10 +226,17 @@ def test_a_greedy_run_that_strays_is_caught(monkeypatch):
     assert not report.matches and report.outside_support > 0
 
 
-@pytest.mark.parametrize("method", ["jacobi", "peanut-lantern"])
+def test_lantern_pp_static_tree_without_relaxation_is_exact(size):
+    """LANTERN++ with delta 0 is EAGLE-1's static tree under the tree loop's exact rule: its growing (ranks
+    down each path, forced slots, a drafter's missing candidates) must leave the output exact."""
+    _passes("lantern++", size("tree"), params={"delta": 0.0})
+    _passes("lantern++", size("tree_llama"), toy="llama", params={"delta": 0.0, "drafter": "head"})
+
+
+@pytest.mark.parametrize("method", ["jacobi", "peanut-lantern", "lantern++"])
 def test_lossy_methods_deviate_and_the_deviation_is_reported(method, size):
     """Jacobi's deviation is small on this toy (p about 1e-3 at 3,000 images): it keeps its full 6,000."""
-    params = {"delta": 0.3} if method == "peanut-lantern" else None
+    params = {"delta": 0.3} if method in ("peanut-lantern", "lantern++") else None
     samples = SIZES["variant"][0] if method == "jacobi" else size("tree_long")
     report = check_lossless(method, samples=samples, seed=11, params=params)
     print(report.summary())

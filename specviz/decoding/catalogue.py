@@ -22,6 +22,7 @@ from specviz.decoding.params import (
     PeanutParameters,
     SjdPacParameters,
     SpeculativeParameters,
+    StaticTreeLanternParameters,
     TreeParameters,
     WindowParameters,
 )
@@ -103,6 +104,7 @@ CATALOGUE: dict[str, MethodInfo] = {
         MethodInfo(
             "sjd-pac",
             SjdPacParameters,
+            StaticTreeLanternParameters,
             True,
             "SJD-PAC: SJD with a K-ary tree of candidates after each rejection and the later drafts kept where "
             "they pass against the stale target",
@@ -145,6 +147,14 @@ CATALOGUE: dict[str, MethodInfo] = {
             "PEANUT with LANTERN's relaxed acceptance on the tree (lossy)",
             needs_token_vectors=True,
             discrete="peanut:iterate_relaxed",
+        ),
+        MethodInfo(
+            "lantern++",
+            StaticTreeLanternParameters,
+            False,
+            "LANTERN++: EAGLE-1's static draft tree, each node accepted by LANTERN's relaxed test (lossy)",
+            needs_token_vectors=True,
+            discrete="lantern_pp:iterate",
         ),
         MethodInfo(
             "ar-draft",

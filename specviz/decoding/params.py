@@ -201,14 +201,8 @@ class DraftTreeParameters(Parameters):
 
 
 @dataclass(frozen=True)
-class TreeParameters(DraftTreeParameters):
-    """A draft tree verified in one pass (eagle2, peanut), grown as EAGLE-2 grows it.
-
-    Depth counts levels of drafts below the decided head token; size counts drafts. EAGLE-2's released
-    code counts differently: its `depth` is the rounds after the first level and its `total_token`
-    includes the head, so its defaults (60, 7, 10) are 59 drafts on 8 levels here, and LANTERN's image
-    setting (59, 4, 10) is `--tree-tokens 58 --tree-depth 5`.
-    """
+class DraftedTreeParameters(DraftTreeParameters):
+    """A tree whose tokens a drafter proposes (eagle2, peanut, lantern++)."""
 
     drafter: str = parameter(
         "training-free",
@@ -217,6 +211,18 @@ class TreeParameters(DraftTreeParameters):
         "Drafter",
         choices=DRAFTERS,
     )
+
+
+@dataclass(frozen=True)
+class TreeParameters(DraftedTreeParameters):
+    """A draft tree verified in one pass (eagle2, peanut), grown as EAGLE-2 grows it.
+
+    Depth counts levels of drafts below the decided head token; size counts drafts. EAGLE-2's released
+    code counts differently: its `depth` is the rounds after the first level and its `total_token`
+    includes the head, so its defaults (60, 7, 10) are 59 drafts on 8 levels here, and LANTERN's image
+    setting (59, 4, 10) is `--tree-tokens 58 --tree-depth 5`.
+    """
+
     tree_depth: int = _tree_depth(8)
     tree_top_k: int = _tree_top_k(10)
     tree_tokens: int = parameter(
@@ -268,6 +274,15 @@ class PeanutParameters(TreeParameters):
 
 @dataclass(frozen=True)
 class PeanutLanternParameters(PeanutParameters):
+    neighbours: int = _neighbours()
+    delta: float = _delta()
+
+
+@dataclass(frozen=True)
+class StaticTreeLanternParameters(DraftedTreeParameters):
+    """LANTERN++ (`--static_tree` in the LANTERN code): EAGLE-1's static tree `mc_sim_7b_63` (25 drafts on 5
+    levels), each node tested with LANTERN's relaxed acceptance; the authors' k 1000 and delta 0.1."""
+
     neighbours: int = _neighbours()
     delta: float = _delta()
 

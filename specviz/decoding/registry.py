@@ -10,7 +10,7 @@ from typing import Any
 from specviz.decoding.catalogue import CATALOGUE, MethodInfo, UnknownMethod, method_info
 from specviz.decoding.decoders import Decoder, TokenDecoder, VectorDecoder
 from specviz.decoding.drafters import check_needs
-from specviz.decoding.params import Parameters, TreeParameters
+from specviz.decoding.params import DraftedTreeParameters, Parameters
 from specviz.decoding.sampling import neighbour_table
 from specviz.models.continuous import is_continuous
 from specviz.models.protocol import ImageModel, Session, UnsupportedMethod, token_vectors
@@ -61,7 +61,7 @@ class Method(MethodInfo):
         raises UnsupportedMethod when the model lacks what the method or its drafter needs."""
         if self.needs_token_vectors:
             neighbour_table(token_vectors(session, self.name), parameters.neighbours)
-        if isinstance(parameters, TreeParameters):  # a drafter proposes the tree
+        if isinstance(parameters, DraftedTreeParameters):  # a drafter proposes the tree
             check_needs(session, parameters.drafter)
 
 

@@ -43,6 +43,7 @@ the device, so none is left between the pass and the record.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -58,7 +59,7 @@ from specviz.decoding.window import PassClock
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.session import TreeMask
 from specviz.models.settings import SamplingSettings
-from specviz.syncing import read_to_host
+from specviz.syncing import intended_sync, read_to_host
 from specviz.trace import DraftTree, Iteration, TokenRecord, TreeRecord
 
 FATES = ("untested", "rejected", "accepted")  # fate codes 0, 1, 2 on the device
@@ -66,11 +67,14 @@ FATES = ("untested", "rejected", "accepted")  # fate codes 0, 1, 2 on the device
 
 @dataclass(frozen=True)
 class TreeShape:
-    """The shape a method asks of one tree, and (PEANUT) the acceptance rate that chose it."""
+    """The shape a method asks of one tree, and (PEANUT) the acceptance rate that chose it. `paths`, where
+    given, is a static tree (EAGLE-1's): each node named by the ranks of the candidates down to it, (0, 1)
+    the second most confident child of the most confident child of the head."""
 
     depth: int
     top_k: int
     alpha: float | None = None
+    paths: tuple[tuple[int, ...], ...] | None = None
 
 
 class ShapeRule(Protocol):
@@ -185,6 +189,70 @@ def grow(
     return GrownTree.on(device, kept_tokens, kept_parents, kept_depths, kept_confidence)
 
 
+def grow_static(
+    drafter: Drafter,
+    head: torch.Tensor,
+    head_position: int,
+    paths: tuple[tuple[int, ...], ...],
+    levels: int,
+    layout: tuple,
+) -> GrownTree:
+    """EAGLE-1's static tree below `head`: the nodes `paths` names, each the candidate of its rank among its
+    parent's children, down to `levels` levels. A layout slot has one candidate, its forced token, so nodes
+    of a higher rank there are left out with everything below them. One host read at the end."""
+    device = head.device
+    frontier = Frontier(head, head_position, torch.full((1,), -1, device=device))
+    level_paths: tuple[tuple[int, ...], ...] = ((),)  # the frontier's nodes, by path
+    placed: list[tuple[int, ...]] = []  # every node's path, in the order its token is gathered
+    token_parts, confidence_parts = [], []
+    for level in range(1, levels + 1):
+        below = tuple(path for path in sorted(paths) if len(path) == level and path[:-1] in level_paths)
+        if not below:
+            break
+        proposal = drafter.expand(frontier, max(path[-1] for path in below) + 1)
+        tokens, log_conf = proposal.tokens, proposal.log_confidence
+        forced = layout[head_position + level]
+        if forced != IMAGE_CELL:  # a layout slot: its forced token, certain, is the only candidate
+            tokens = torch.full_like(tokens, forced)
+            log_conf = torch.full_like(log_conf, float("-inf"))
+            log_conf[:, 0] = 0.0
+        width = tokens.shape[1]  # a drafter may give fewer candidates than asked
+        below = tuple(path for path in below if path[-1] < width)
+        chosen = _static_slots(level_paths, below, width, device)
+        token_parts.append(tokens.flatten()[chosen])
+        confidence_parts.append(log_conf.flatten()[chosen])
+        state = None if proposal.state is None else proposal.state.flatten(0, 1)[chosen]
+        frontier = Frontier(tokens.flatten()[chosen], head_position + level, chosen // width, state)
+        placed += below
+        level_paths = below
+    if not placed:
+        return GrownTree.on(device, [], [], [], [])
+    packed = torch.stack([torch.cat(token_parts).double(), torch.cat(confidence_parts).double()])
+    tokens, log_conf = read_to_host(packed)  # the tree's one host read
+    node_of: dict[tuple[int, ...], int] = {}
+    kept_tokens, kept_parents, kept_depths, kept_confidence = [], [], [], []
+    for path, token, own in zip(placed, tokens, log_conf, strict=True):
+        parent = path[:-1]
+        if own == float("-inf") or (parent and parent not in node_of):  # no candidate there, nor below it
+            continue
+        node_of[path] = len(kept_tokens)
+        kept_tokens.append(int(token))
+        kept_parents.append(node_of[parent] if parent else -1)
+        kept_depths.append(len(path))
+        kept_confidence.append(min(1.0, math.exp(own)))
+    return GrownTree.on(device, kept_tokens, kept_parents, kept_depths, kept_confidence)
+
+
+@functools.cache
+def _static_slots(
+    frontier: tuple[tuple[int, ...], ...], below: tuple[tuple[int, ...], ...], width: int, device: torch.device
+) -> torch.Tensor:
+    """Where each node of a static tree's level sits among its frontier's candidates (frontier slot x width +
+    rank), on the device: copied there once per shape, so later passes copy nothing."""
+    with intended_sync():
+        return torch.tensor([frontier.index(path[:-1]) * width + path[-1] for path in below], device=device)
+
+
 def sibling_order(parents: torch.Tensor) -> torch.Tensor:
     """(n, n) float: [v, u] = 1 where u is a sibling of v tested before it; `parents` (n,) on the device."""
     index = torch.arange(len(parents), device=parents.device)
@@ -287,8 +355,11 @@ class TreeLoop:
         shape = self.shapes.shape(start)
         levels = min(shape.depth, self.seq_len - start)
         started = self.clock.mark()
-        size = self.params.tree_tokens
-        tree = grow(self.drafter, self.head, self.head_position, levels, shape.top_k, size, self.layout)
+        if shape.paths is None:
+            size = self.params.tree_tokens
+            tree = grow(self.drafter, self.head, self.head_position, levels, shape.top_k, size, self.layout)
+        else:
+            tree = grow_static(self.drafter, self.head, self.head_position, shape.paths, levels, self.layout)
         drafted = self.clock.mark()
         fed = torch.cat([self.head, tree.device_tokens])
         logits = self.session.forward(fed, parents=tree.fed)
