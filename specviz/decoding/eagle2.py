@@ -15,30 +15,13 @@ from collections.abc import Iterator
 import torch
 
 from specviz.decoding.params import TreeParameters
-from specviz.decoding.tree import TreeShape, run_tree
+from specviz.decoding.tree import FixedShape, TreeShape, run_tree
 from specviz.models.protocol import Session
 from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 
-class FixedShape:
-    """The same depth and top-k for every tree."""
-
-    def __init__(self, params: TreeParameters):
-        self.fixed = TreeShape(params.tree_depth, params.tree_top_k)
-
-    @property
-    def widest(self) -> int:
-        return self.fixed.top_k
-
-    def shape(self, first_position: int) -> TreeShape:
-        return self.fixed
-
-    def learn(self, first_position: int, shape: TreeShape, levels: int, accepted: int, committed: int) -> None:
-        """Nothing to learn: EAGLE-2's shape is fixed."""
-
-
 def iterate(
     session: Session, sampling: SamplingSettings, generator: torch.Generator, params: TreeParameters
 ) -> Iterator[Iteration]:
-    return run_tree(session, sampling, generator, params, FixedShape(params))
+    return run_tree(session, sampling, generator, params, FixedShape(TreeShape(params.tree_depth, params.tree_top_k)))

@@ -25,7 +25,7 @@ import torch
 from specviz.decoding.params import StaticTreeLanternParameters
 from specviz.decoding.peanut import lantern_relaxation
 from specviz.decoding.sampling import neighbour_table
-from specviz.decoding.tree import TreeShape, run_tree
+from specviz.decoding.tree import FixedShape, TreeShape, run_tree
 from specviz.models.protocol import Session, token_vectors
 from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
@@ -38,27 +38,10 @@ MC_SIM_7B_63 = (
 )  # fmt: skip
 
 
-class StaticShape:
-    """The same static tree every pass."""
-
-    def __init__(self, paths: tuple[tuple[int, ...], ...]):
-        depth = max(len(path) for path in paths)
-        self.fixed = TreeShape(depth, max(path[-1] for path in paths) + 1, paths=paths)
-
-    @property
-    def widest(self) -> int:
-        return self.fixed.top_k
-
-    def shape(self, first_position: int) -> TreeShape:
-        return self.fixed
-
-    def learn(self, first_position: int, shape: TreeShape, levels: int, accepted: int, committed: int) -> None:
-        """Nothing to learn: the tree is static."""
-
-
 def iterate(
     session: Session, sampling: SamplingSettings, generator: torch.Generator, params: StaticTreeLanternParameters
 ) -> Iterator[Iteration]:
     table = neighbour_table(token_vectors(session, "lantern++"), params.neighbours)
     relaxation = lantern_relaxation(table, params.delta)
-    return run_tree(session, sampling, generator, params, StaticShape(MC_SIM_7B_63), relaxation)
+    shape = TreeShape(max(map(len, MC_SIM_7B_63)), 1 + max(path[-1] for path in MC_SIM_7B_63), paths=MC_SIM_7B_63)
+    return run_tree(session, sampling, generator, params, FixedShape(shape), relaxation)

@@ -95,6 +95,23 @@ class ShapeRule(Protocol):
         ...
 
 
+class FixedShape:
+    """The same tree every pass: a depth and top-k (eagle2), or a static tree (lantern++)."""
+
+    def __init__(self, shape: TreeShape):
+        self.fixed = shape
+
+    @property
+    def widest(self) -> int:
+        return self.fixed.top_k
+
+    def shape(self, first_position: int) -> TreeShape:
+        return self.fixed
+
+    def learn(self, first_position: int, shape: TreeShape, levels: int, accepted: int, committed: int) -> None:
+        """Nothing to learn: the shape is fixed."""
+
+
 # (the rows of the nodes' parents (n, V), the nodes' tokens (n,)) -> (mass added to each node's p(x) (n,),
 # tokens pooled with it (n, m), which of them are (n, m)): a relaxed test (PEANUT + LANTERN); lossy
 Relaxation = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -137,6 +154,15 @@ class TreeVerdict:
     next_token: torch.Tensor  # (1,) the exact token after the accepted path
 
 
+def only_the_forced(tokens: torch.Tensor, log_conf: torch.Tensor, forced: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """At a layout slot its forced token, certain, is the only candidate (the others get confidence 0)."""
+    if forced == IMAGE_CELL:
+        return tokens, log_conf
+    log_conf = torch.full_like(log_conf, float("-inf"))
+    log_conf[:, 0] = 0.0
+    return torch.full_like(tokens, forced), log_conf
+
+
 def grow(
     drafter: Drafter, head: torch.Tensor, head_position: int, levels: int, top_k: int, size: int, layout: tuple
 ) -> GrownTree:
@@ -151,11 +177,7 @@ def grow(
     for level in range(1, levels + 1):
         proposal = drafter.expand(frontier, top_k)
         tokens, log_conf = proposal.tokens, proposal.log_confidence
-        forced = layout[head_position + level]
-        if forced != IMAGE_CELL:  # a layout slot: its forced token, certain, is the only candidate
-            tokens = torch.full_like(tokens, forced)
-            log_conf = torch.full_like(log_conf, float("-inf"))
-            log_conf[:, 0] = 0.0
+        tokens, log_conf = only_the_forced(tokens, log_conf, layout[head_position + level])
         count, width = tokens.shape
         score = (frontier_score[:, None] + log_conf).flatten()
         pool["tokens"].append(tokens.flatten())
@@ -211,11 +233,7 @@ def grow_static(
             break
         proposal = drafter.expand(frontier, max(path[-1] for path in below) + 1)
         tokens, log_conf = proposal.tokens, proposal.log_confidence
-        forced = layout[head_position + level]
-        if forced != IMAGE_CELL:  # a layout slot: its forced token, certain, is the only candidate
-            tokens = torch.full_like(tokens, forced)
-            log_conf = torch.full_like(log_conf, float("-inf"))
-            log_conf[:, 0] = 0.0
+        tokens, log_conf = only_the_forced(tokens, log_conf, layout[head_position + level])
         width = tokens.shape[1]  # a drafter may give fewer candidates than asked
         below = tuple(path for path in below if path[-1] < width)
         chosen = _static_slots(level_paths, below, width, device)
