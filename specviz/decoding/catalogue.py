@@ -104,7 +104,6 @@ CATALOGUE: dict[str, MethodInfo] = {
         MethodInfo(
             "sjd-pac",
             SjdPacParameters,
-            StaticTreeLanternParameters,
             True,
             "SJD-PAC: SJD with a K-ary tree of candidates after each rejection and the later drafts kept where "
             "they pass against the stale target",
