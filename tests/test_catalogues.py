@@ -37,3 +37,12 @@ def test_the_toys_are_the_catalogues():
     from specviz.models.toys import TOYS
 
     assert list(TOYS) == list(TOY_DESCRIPTIONS)
+
+
+def test_every_entry_states_its_promise_and_parameters_by_type():
+    """A misplaced argument in an entry (a class where the promise goes) would read as a truthy promise."""
+    from specviz.decoding.params import Parameters
+
+    for info in CATALOGUE.values():
+        assert isinstance(info.lossless, bool) and isinstance(info.lossless_when_greedy, bool), info.name
+        assert issubclass(info.parameters, Parameters) and isinstance(info.description, str), info.name
