@@ -278,6 +278,47 @@ SECTIONS = [
         ],
     ),
     Section(
+        "zipar",
+        "ZipAR: rows in flight",
+        "ZipAR against AR (at s = 8 also SJD, lossless, for its likelihood) by window size s on the shipped "
+        "prompts x 2 seeds: on `tiny` (16 x 16 grid; s of 16 is raster AR token for token, tested) and "
+        "`tiny-uncertain`. Its passes depend only on the grid and s: "
+        "(rows - 1) s + cols. `NLL under AR`, the mean negative log-likelihood of the images' tokens under the AR "
+        "model, shows the deviation on the real model: AR's own row estimates its entropy, and a method that draws "
+        "other images moves away from it (a cross-entropy, not a divergence: either way). Then the deviation on the "
+        "exactness toys against their exact AR distribution, at s = 1 (the toys' rows hold 2 and 3 cells), and "
+        "the exact case (s of the row).",
+        [
+            bench(
+                "--model", "tiny", "--methods", "ar,sjd,zipar", "--window-size", "8", "--seeds", "2", "--skip-generate"
+            ),
+            *(
+                bench(
+                    "--model", "tiny", "--methods", "ar,zipar", "--window-size", size, "--seeds", "2", "--skip-generate"
+                )
+                for size in ("4", "2", "1")
+            ),
+            *(
+                bench(
+                    "--model",
+                    "tiny-uncertain",
+                    "--methods",
+                    "ar,zipar",
+                    "--window-size",
+                    size,
+                    "--seeds",
+                    "2",
+                    "--skip-generate",
+                )
+                for size in ("8", "4")
+            ),
+            [*SPECVIZ, "check-lossless", "--method", "zipar"],
+            [*SPECVIZ, "check-lossless", "--method", "zipar", "--toy", "long"],
+            [*SPECVIZ, "check-lossless", "--method", "zipar", "--toy", "llama", "--samples", "5000"],
+            [*SPECVIZ, "check-lossless", "--method", "zipar", "--window-size", "2"],
+        ],
+    ),
+    Section(
         "cspd",
         "CSpD on the embedded continuous pair",
         "cspd (the paper's Algorithm 1) and cspd-exact (speculative sampling on whole denoising paths) by draft "

@@ -17,7 +17,7 @@ import torch
 
 from specviz.decoding import get_method, run
 from specviz.metrics import STALL_PASSES, changed_share, has_trees, per_tree, stalls
-from specviz.models.protocol import ImageModel
+from specviz.models.protocol import IMAGE_CELL, ImageModel, in_raster_order
 from specviz.models.settings import SamplingSettings
 from specviz.viz.narration import ratio_text
 
@@ -52,6 +52,11 @@ class MethodResult:
     stall_share: float  # share of those passes spent in stalls (runs of at least STALL_PASSES)
     verify_share: float  # the method's own work per pass, as a share of the forward pass
     trace_share: float  # time spent writing trace records, as a share of the whole run
+    # the mean negative log-likelihood of an image token under the AR model (nats), a cross-entropy: AR's row
+    # estimates the model's entropy and a lossless method's matches it within noise; a lossy method's differs
+    # where it samples other images (not a divergence: images of lower entropy can score below AR's)
+    nll_under_ar: float | None  # None for a continuous pair, whose tokens have densities
+    outside_ar: int  # tokens AR could not have drawn (probability 0 under its sampling): NLL infinite
     trees: TreeResult | None = None  # draft-tree methods only
 
 
@@ -92,20 +97,27 @@ class BenchReport:
             f"{len(self.seeds)} seeds, sampling {self.sampling}",
             "",
             "| method | lossless | NFE | worst NFE | step compression | seconds | latency speedup "
-            "| accepted/pass | changed/pass | changed share | longest stall | in stalls | verify/forward | trace |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| accepted/pass | changed/pass | changed share | longest stall | in stalls | verify/forward | trace "
+            "| NLL under AR |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in self.results:
+            nll = "-" if r.nll_under_ar is None else f"{r.nll_under_ar:.3f}"
+            nll = f"inf ({r.outside_ar} tokens outside)" if r.outside_ar else nll
             lines.append(
                 f"| {r.method} | {'yes' if r.lossless else 'no'} | {r.mean_nfe:.1f} | {r.worst_nfe} | "
                 f"{r.step_compression:.2f}x | {r.mean_seconds:.3f} | {ratio_text(r.latency_speedup)} | "
                 f"{r.accepted_per_pass:.2f} | {r.changed_per_pass:.2f} | {r.changed_share:.0%} | {r.longest_stall} | "
-                f"{r.stall_share:.1%} | {r.verify_share:.1%} | {r.trace_share:.2%} |"
+                f"{r.stall_share:.1%} | {r.verify_share:.1%} | {r.trace_share:.2%} | {nll} |"
             )
         lines += [
             "",
             f"changed share: of the drafts carried into the next window, those whose token changed; a stall: at least "
-            f"{STALL_PASSES} window or tree passes in a row that accepted no draft (each fixed one token, as AR does).",
+            f"{STALL_PASSES} window or tree passes in a row that accepted no draft (each fixed one token, as AR does). "
+            "NLL under AR: the mean negative log-likelihood (nats) of the images' tokens under the AR model at the "
+            "same sampling and guidance, a cross-entropy: AR's own row estimates the model's entropy and a lossless "
+            "method's matches it within noise; a lossy method's differs where it draws other images (it is not a "
+            "divergence: images of lower entropy than AR's can score below it).",
         ]
         trees = [r for r in self.results if r.trees is not None]
         if trees:
@@ -159,6 +171,25 @@ def _tree_result(traces: list) -> TreeResult:
     )
 
 
+@torch.inference_mode()
+def _log_likelihood(model: ImageModel, trace, sampling: SamplingSettings) -> tuple[float, int] | None:
+    """Mean log-probability of a run's image tokens under the AR model at `sampling` (one uncached-prefix
+    pass over the whole sequence, in raster order), over the tokens AR could draw, and how many it could
+    not (probability 0: outside its top-k or top-p). None for a continuous pair, whose tokens have densities."""
+    if trace.continuous:
+        return None
+    tokens = trace.tokens
+    if trace.geometry.order is not None:
+        tokens, _ = in_raster_order(model.geometry, tokens, trace.geometry.order)
+    tokens = torch.tensor(tokens, device=model.device)
+    session = model.session(trace.prompt, sampling.guidance_scale)
+    logits = torch.cat([session.next_logits[None], session.forward(tokens[:-1])])
+    probability = sampling.probabilities(logits).gather(1, tokens[:, None]).squeeze(1).double()
+    image = torch.tensor(model.geometry.layout, device=model.device) == IMAGE_CELL
+    drawable = image & (probability > 0)
+    return float(probability[drawable].log().mean()), int((image & ~drawable).sum())
+
+
 def _timed(fn) -> float:
     started = time.perf_counter()
     fn()
@@ -186,6 +217,7 @@ def bench(
         for seed in seeds:
             for name in methods:
                 runs[name].append(run(model, name, prompt, seed, sampling, params.get(name)))
+    likelihoods = {name: [_log_likelihood(model, trace, sampling) for trace in runs[name]] for name in methods}
     ar_seconds = statistics.fmean(t.seconds for t in runs["ar"])
     report = BenchReport(
         model=model.name,
@@ -221,6 +253,10 @@ def bench(
                 stall_share=sum(length for _, length in stalled) / len(passes) if passes else 0.0,
                 verify_share=sum(it.verify_ms for it in passes) / max(forward_ms, 1e-9),
                 trace_share=sum(it.record_ms for t in traces for it in t.iterations) / (1000 * seconds * len(traces)),
+                nll_under_ar=None
+                if None in likelihoods[name]
+                else -statistics.fmean(ll for ll, _ in likelihoods[name]),
+                outside_ar=sum(outside for _, outside in filter(None, likelihoods[name])),
                 trees=_tree_result(traces) if has_trees(traces[0]) else None,
             )
         )

@@ -32,7 +32,7 @@ import torch
 from scipy.stats import chi2
 
 from specviz.decoding.registry import get_method
-from specviz.models.protocol import IMAGE_CELL
+from specviz.models.protocol import IMAGE_CELL, in_raster_order
 from specviz.models.settings import SamplingSettings
 from specviz.models.toys import TOYS
 
@@ -51,6 +51,7 @@ TOY_PARAMETERS = {
     "top_k_min": 0,
     "top_k_max": 4,
     "top_k_step": 1,
+    "window_size": 1,  # ZipAR: a row starts after the first cell of the row above (2 and 3 cells a row here)
 }
 
 
@@ -137,12 +138,16 @@ def sample_sequences(
     spec = get_method(method)
     params = spec.resolve(params)
     generator = torch.Generator(device=model.device).manual_seed(seed)  # the device's own random stream
+    # a method that decides positions out of raster order (ZipAR) commits them in its own order
+    order = None if spec.reorder is None else spec.reorder(model.geometry, params).order
     sequences = []
     with torch.inference_mode():
         for _ in range(samples):
             session = model.session("", sampling.guidance_scale)
             spec.prepare(session, params)
             tokens = [t for it in spec.iterate(session, sampling, generator, params) for t in it.committed]
+            if order is not None:
+                tokens, _ = in_raster_order(model.geometry, tokens, order)
             sequences.append(tuple(tokens))
     return sequences
 

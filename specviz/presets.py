@@ -90,6 +90,21 @@ PRESETS = (
         compare=("sjd", "sjd-pac"),
     ),
     Preset(
+        "zipar",
+        "ZipAR: rows in flight",
+        "**ZipAR.** Once a row has 8 tokens the row below starts, and from then on every row in flight draws "
+        "one token per pass: watch the outlined front of cells drawn together slide down the picture, two rows "
+        "at a time on tiny's 16-wide grid. 136 passes instead of AR's 256 on any prompt ((rows - 1) x 8 + 16). "
+        "Nothing is verified, so the image is not AR's: each lower row drew its tokens without the right half "
+        "of the row above, which is where this rocket goes wrong. Over the shipped prompts x 2 seeds the "
+        "tokens' mean negative log-likelihood under the AR model is 0.66 nats against AR's own 0.04 (README). "
+        "A window size of 16 is AR, token for token.",
+        "tiny",
+        "zipar",
+        "rocket",
+        params={"window_size": 8},
+    ),
+    Preset(
         "peanut-depth",
         "PEANUT: depth map",
         "**PEANUT's depth map.** Draft trees verified in one pass; PEANUT deepens the next tree after a "

@@ -74,7 +74,8 @@ class TraceGeometry(_Strict):
     cols: Annotated[int, Field(ge=1, le=4096)]
     vocab_size: Annotated[int, Field(ge=1, le=1_000_000)]
     layout: Annotated[list[int], Field(max_length=MAX_POSITIONS)]
-    # the raster cell of each position, for a model that generates in a random order (MAR)
+    # the raster cell of each position (-1: a layout slot), where positions are not in raster order: a
+    # model that generates in a random order (MAR), or a method that decides them in its own order (ZipAR)
     order: Annotated[list[int], Field(max_length=MAX_POSITIONS)] | None = None
 
     @model_validator(mode="after")
@@ -86,8 +87,13 @@ class TraceGeometry(_Strict):
             )
         if any(entry < -1 or entry >= self.vocab_size for entry in self.layout):
             raise ValueError("layout entries must be -1 (image cell) or a token id below vocab_size")
-        if self.order is not None and (cells != len(self.layout) or sorted(self.order) != list(range(cells))):
-            raise ValueError("a generation order must place every position on its own grid cell, with no layout slots")
+        if self.order is not None:
+            placed = sorted(cell for cell in self.order if cell != -1)
+            slots = [cell == -1 for cell in self.order] == [entry != -1 for entry in self.layout]
+            if len(self.order) != len(self.layout) or placed != list(range(cells)) or not slots:
+                raise ValueError(
+                    "a generation order must place every image position on its own grid cell and mark layout slots -1"
+                )
         return self
 
 
@@ -210,6 +216,30 @@ class TokenRecord(_Record):
     def _consistent(self) -> TokenRecord:
         if self.accepted or len(self.committed) != 1:
             raise ValueError("a token pass commits exactly one token and accepts no draft")
+        return self
+
+
+class RowsRecord(_Record):
+    """A pass that drew one token in each image row in flight (ZipAR) and verified no draft. `rows` is
+    the grid row of each committed token, top row first; `fed` the tokens the pass fed to the model, of
+    which `stand_ins` stood in for the unfinished end of a row above. The run's positions are in the
+    order it decided them (its geometry's `order`), so a pass commits consecutive positions there."""
+
+    kind: Literal["rows"] = "rows"
+    rows: Annotated[list[Annotated[int, Field(ge=0, lt=4096)]], Field(min_length=1, max_length=MAX_DRAFTS + 1)]
+    fed: Count = 0
+    stand_ins: Count = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RowsRecord:
+        if self.accepted:
+            raise ValueError("a rows pass draws its tokens and accepts no draft")
+        if len(self.rows) != len(self.committed):
+            raise ValueError("a rows pass names the row of every token it commits")
+        if any(later <= earlier for earlier, later in zip(self.rows, self.rows[1:], strict=False)):
+            raise ValueError("a rows pass draws one token per row, top row first")
+        if self.stand_ins > self.fed:
+            raise ValueError("stand-ins are among the tokens a pass fed")
         return self
 
 
@@ -421,8 +451,10 @@ class ContinuousRecord(_Record):
 
 
 # one pass of a run, tagged by its kind; a run's passes are of one kind, after a first token pass
-Iteration = Annotated[TokenRecord | WindowRecord | TreeRecord | ContinuousRecord, Field(discriminator="kind")]
-RECORD_KINDS = ("token", "window", "tree", "continuous")
+Iteration = Annotated[
+    TokenRecord | WindowRecord | TreeRecord | ContinuousRecord | RowsRecord, Field(discriminator="kind")
+]
+RECORD_KINDS = ("token", "window", "tree", "continuous", "rows")
 
 
 class Trace(_Strict):
@@ -460,8 +492,9 @@ class Trace(_Strict):
 
     @property
     def kind(self) -> str:
-        """What the run's passes verified: "window", "tree" or "continuous" drafts, or "token" where every
-        pass drew one token (AR on a discrete model)."""
+        """What the run's passes verified: "window", "tree" or "continuous" drafts, "rows" where each pass
+        drew a token in several rows (ZipAR), or "token" where every pass drew one token (AR on a discrete
+        model)."""
         return next((it.kind for it in self.iterations if it.kind != "token"), "token")
 
     @model_validator(mode="after")
@@ -481,6 +514,8 @@ class Trace(_Strict):
             raise ValueError(f"a run's passes are of one kind, not {' and '.join(sorted(kinds))}")
         if (self.vectors is not None) != (kinds == {"continuous"}):
             raise ValueError("a continuous run has vectors and continuous iterations, a discrete run neither")
+        if kinds == {"rows"}:
+            self._rows_on_their_cells()
         if len(self.tokens) > len(g.layout):
             raise ValueError(f"{len(self.tokens)} tokens for a sequence of {len(g.layout)} positions")
         layout_tokens = [entry for entry in g.layout if entry != -1]
@@ -505,6 +540,17 @@ class Trace(_Strict):
         if position != len(self.tokens):
             raise ValueError(f"iterations commit {position} tokens, the trace has {len(self.tokens)}")
         return self
+
+    def _rows_on_their_cells(self) -> None:
+        """A rows run lists its positions in the order it decided them, so its geometry has an order, and
+        each token it commits lies in the row the record names."""
+        g = self.geometry
+        if g.order is None:
+            raise ValueError("a rows run decides positions out of raster order: its geometry needs their order")
+        for index, it in enumerate(self.iterations):
+            cells = g.order[it.start : it.start + len(it.committed)] if it.kind == "rows" else []
+            if any(cell != -1 and cell // g.cols != row for cell, row in zip(cells, it.rows, strict=False)):
+                raise ValueError(f"iteration {index}: a token lies outside the row the record names")
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -610,7 +656,9 @@ def _upgrade_from_version_1(data: dict) -> dict:
 # the fields of a version 2 iteration that each kind of record keeps (version 2 held them all in one record)
 _KEPT = {
     kind: set(record.model_fields) - {"kind"}
-    for kind, record in zip(RECORD_KINDS, (TokenRecord, WindowRecord, TreeRecord, ContinuousRecord), strict=True)
+    for kind, record in zip(
+        RECORD_KINDS, (TokenRecord, WindowRecord, TreeRecord, ContinuousRecord, RowsRecord), strict=True
+    )
 }
 
 

@@ -175,3 +175,36 @@ def test_eager_attention_takes_the_same_masks():
     tokens = tree_tokens(sdpa, PARENTS, COMMITTED)
     got = [committed_session(family, model, 3.0).forward(tokens, parents=PARENTS) for model in (sdpa, eager)]
     torch.testing.assert_close(got[0], got[1], atol=ATOL, rtol=0)
+
+
+# ---- passes out of raster order (ZipAR) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("guided", [False, True])
+def test_passes_out_of_raster_order_see_what_a_raster_chain_sees(family, model, guided):
+    """Positions 0-2 fed first, a stand-in at 4, then 3 and the real 4 (which replaces the stand-in)
+    in one pass, then 5 and 6: every row of logits equals the raster chain's, so a token sees the
+    tokens at earlier positions (this pass's included), never later ones, never a replaced stand-in."""
+    scale = family.guidance_scale if guided else 1.0
+    tokens = valid_tokens(model, 7)
+    stand_in = valid_tokens(model, 7, seed=5)[4:5]
+    chain = model.session(family.prompt, scale).forward(tokens)
+    session = model.session(family.prompt, scale)
+    first = session.forward_at(tokens[:3], [0, 1, 2])
+    session.forward_at(stand_in, [4])
+    middle = session.forward_at(tokens[3:5], [3, 4])
+    last = session.forward_at(tokens[[6, 5]], [6, 5])
+    assert session.nfe == 5 and session.tokens_fed == 8
+    got = torch.cat([first, middle, last[[1, 0]]])
+    torch.testing.assert_close(got, chain, atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="out of raster order"):
+        session.forward(tokens[:1])
+
+
+def test_passes_out_of_raster_order_refuse_repeated_and_outside_positions(tiny):
+    session = tiny.session("rocket", 1.0)
+    tokens = torch.zeros(2, dtype=torch.long)
+    with pytest.raises(ValueError, match="distinct positions"):
+        session.forward_at(tokens, [3, 3])
+    with pytest.raises(ValueError, match="lie in the sequence"):
+        session.forward_at(tokens, [0, tiny.geometry.seq_len])

@@ -148,6 +148,7 @@ def _hidden_reads_of_passes(model, method: str, settings: dict, passes: int = 3)
         *((method, {"window": 8}) for method in ("jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd", "sjd-pac")),
         *((method, {"tree_tokens": 12}) for method in ("eagle2", "peanut", "peanut-lantern")),
         ("lantern++", {}),
+        ("zipar", {}),
     ],
 )
 def test_no_hidden_host_reads_in_window_and_tree_passes(tiny, method, settings):

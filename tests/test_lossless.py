@@ -233,9 +233,19 @@ def test_lantern_pp_static_tree_without_relaxation_is_exact(size):
     _passes("lantern++", size("tree_llama"), toy="llama", params={"delta": 0.0, "drafter": "head"})
 
 
-@pytest.mark.parametrize("method", ["jacobi", "peanut-lantern", "lantern++"])
+def test_zipar_with_a_window_of_the_row_is_exact(size):
+    """A row that starts only once the row above is whole sees everything AR sees: ZipAR's schedule and
+    its passes out of raster order (the row-end token fed beside the row's last cell) must leave the
+    output exact."""
+    _passes("zipar", size("variant"), params={"window_size": 2})
+    _passes("zipar", size("llama"), toy="llama", params={"window_size": 2})
+
+
+@pytest.mark.parametrize("method", ["jacobi", "peanut-lantern", "lantern++", "zipar"])
 def test_lossy_methods_deviate_and_the_deviation_is_reported(method, size):
-    """Jacobi's deviation is small on this toy (p about 1e-3 at 3,000 images): it keeps its full 6,000."""
+    """Jacobi's deviation is small on this toy (p about 1e-3 at 3,000 images): it keeps its full 6,000.
+    ZipAR's (window 1: each second row starts beside the first row's first cell) is large here: a toy's
+    conditionals have no spatial locality."""
     params = {"delta": 0.3} if method in ("peanut-lantern", "lantern++") else None
     samples = SIZES["variant"][0] if method == "jacobi" else size("tree_long")
     report = check_lossless(method, samples=samples, seed=11, params=params)

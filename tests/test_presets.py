@@ -32,7 +32,7 @@ def test_a_preset_sets_every_control_to_something_that_runs(preset):
 
 @pytest.mark.parametrize(
     ("key", "nfe"),
-    [("sjd-init", 37), ("stall", 178), ("peanut-depth", 50)],
+    [("sjd-init", 37), ("stall", 178), ("peanut-depth", 50), ("zipar", 136)],
 )
 def test_the_runs_a_preset_quotes_are_what_the_model_does(tiny, key, nfe):
     preset = PRESET_BY_KEY[key]

@@ -25,6 +25,7 @@ from specviz.decoding.params import (
     StaticTreeLanternParameters,
     TreeParameters,
     WindowParameters,
+    ZiparParameters,
 )
 from specviz.inputs import look_up
 
@@ -47,6 +48,9 @@ class MethodInfo:
     # record per pass on a discrete model; on a continuous-token pair, (record, the committed values) per pass
     discrete: str | None = None
     continuous: str | None = None
+    # a method that decides positions out of raster order names, as `module:function`, the map from the
+    # model's geometry and its parameters to its traces' geometry (the positions in the order it decides them)
+    decision_order: str | None = None
 
     @property
     def drafts_trees(self) -> bool:
@@ -154,6 +158,15 @@ CATALOGUE: dict[str, MethodInfo] = {
             "LANTERN++: EAGLE-1's static draft tree, each node accepted by LANTERN's relaxed test (lossy)",
             needs_token_vectors=True,
             discrete="lantern_pp:iterate",
+        ),
+        MethodInfo(
+            "zipar",
+            ZiparParameters,
+            False,
+            "ZipAR: a row starts once the row above has s tokens, then every row in flight draws one token per "
+            "pass (lossy: the rows above are unfinished)",
+            discrete="zipar:iterate",
+            decision_order="zipar:decision_geometry",
         ),
         MethodInfo(
             "ar-draft",

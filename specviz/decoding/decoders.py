@@ -16,7 +16,7 @@ import torch
 
 from specviz.decoding.params import Parameters
 from specviz.models.continuous import check_continuous_sampling
-from specviz.models.protocol import ImageModel
+from specviz.models.protocol import Geometry, ImageModel
 from specviz.models.settings import SamplingSettings
 from specviz.trace import ContinuousRecord, Iteration
 
@@ -24,7 +24,8 @@ from specviz.trace import ContinuousRecord, Iteration
 class TokenDecoder:
     """A discrete model's run: the session is the model's, `prepare` does the method's per-model work
     (a neighbour table, a drafter's check) after the prefill and untimed, and each record's committed
-    ids are the image's tokens."""
+    ids are the image's tokens, in the order of `geometry` (the model's, or the order a method decides
+    positions in)."""
 
     def __init__(
         self,
@@ -35,12 +36,13 @@ class TokenDecoder:
         sampling: SamplingSettings,
         params: Parameters,
         prepare: Callable[[Any, Parameters], None],
+        geometry: Geometry,
     ):
         started = time.perf_counter()
         self.session = model.session(prompt, sampling.guidance_scale)
         self.prefill_ms = (time.perf_counter() - started) * 1000
         prepare(self.session, params)
-        self.geometry = model.geometry
+        self.geometry = geometry
         self.tokens: list[int] = []
         generator = torch.Generator(device=model.device).manual_seed(seed)
         self._records = loop(self.session, sampling, generator, params)
@@ -58,9 +60,9 @@ class TokenDecoder:
         return self.tokens
 
     @property
-    def order(self) -> None:
-        """A discrete model generates in raster order."""
-        return None
+    def order(self) -> tuple[int, ...] | None:
+        """The cell of each position where the method decides them out of raster order (ZipAR)."""
+        return self.geometry.order
 
     def trace_fields(self) -> dict:
         """The trace's fields of this kind of run: none beyond the records."""

@@ -21,6 +21,7 @@ INIT_STRATEGIES = ("random", "repeat-left", "repeat-above", "sample-left", "samp
 DRAFTERS = ("training-free", "head")  # draft-tree drafters (specviz.decoding.drafters)
 MAX_TREE_DEPTH = 64
 MAX_TREE_TOKENS = 1000  # below the trace's bound on one iteration's records
+MAX_GRID_SIDE = 4096  # the trace's bound on a grid's rows and columns
 
 
 @dataclass(frozen=True)
@@ -247,14 +248,19 @@ class PeanutParameters(TreeParameters):
     top_k_step: int = parameter(
         3, "PEANUT: top-k step l_k", "PEANUT top-k step", low=1, high=MAX_TREE_TOKENS
     )  # fmt: skip
-    depth_min: int = parameter(0, "PEANUT: depth stays above this", "PEANUT depth above", low=0, high=MAX_TREE_DEPTH)
+    depth_min: int = parameter(
+        0, "PEANUT: depth stays above this", "PEANUT: lower bound of the depth (exclusive)", low=0, high=MAX_TREE_DEPTH
+    )
     depth_max: int = parameter(
-        10, "PEANUT: depth stays below this", "PEANUT depth below", low=2, high=MAX_TREE_DEPTH + 1
+        10, "PEANUT: depth stays below this", "PEANUT: upper bound of the depth (exclusive)",
+        low=2, high=MAX_TREE_DEPTH + 1,
     )  # fmt: skip
-    top_k_min: int = parameter(3, "PEANUT: top-k stays above this", "PEANUT top-k above", low=0, high=MAX_TREE_TOKENS)
+    top_k_min: int = parameter(
+        3, "PEANUT: top-k stays above this", "PEANUT: lower bound of top-k (exclusive)", low=0, high=MAX_TREE_TOKENS
+    )
     top_k_max: int = parameter(
         14, "PEANUT: top-k stays below this while the depth exceeds 1 (a depth-1 tree is bounded by its size)",
-        "PEANUT top-k below",
+        "PEANUT: upper bound of top-k (exclusive)",
         low=2, high=MAX_TREE_TOKENS + 1,
     )  # fmt: skip
 
@@ -341,3 +347,14 @@ class SjdPacParameters(DraftTreeParameters):
         "target is kept (false: redrawn from it, as SJD does)",
         "Adaptive Continuation",
     )
+
+
+@dataclass(frozen=True)
+class ZiparParameters(Parameters):
+    """ZipAR (He et al., ICML 2025). The default s = 8 is the official LlamaGen code's
+    `--zipar-window-size`; its Lumina-mGPT code (48 cells a row) uses 16."""
+
+    window_size: int = parameter(
+        8, "ZipAR's window s: a row starts once the row above has s tokens, then every row in flight gains one "
+        "token per pass (s of at least the row's width is raster AR)", "Window size s", low=1, high=MAX_GRID_SIDE,
+    )  # fmt: skip

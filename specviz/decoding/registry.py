@@ -13,7 +13,7 @@ from specviz.decoding.drafters import check_needs
 from specviz.decoding.params import DraftedTreeParameters, Parameters
 from specviz.decoding.sampling import neighbour_table
 from specviz.models.continuous import is_continuous
-from specviz.models.protocol import ImageModel, Session, UnsupportedMethod, token_vectors
+from specviz.models.protocol import Geometry, ImageModel, Session, UnsupportedMethod, token_vectors
 from specviz.models.settings import SamplingSettings
 from specviz.trace import ContinuousRecord, Iteration
 
@@ -24,6 +24,7 @@ __all__ = ["CONTINUOUS_METHODS", "METHODS", "Method", "UnknownMethod", "get_meth
 class Method(MethodInfo):
     iterate: Callable[..., Iterator[Iteration]] | None = None
     iterate_continuous: Callable[..., Iterator[tuple[ContinuousRecord, Any]]] | None = None
+    reorder: Callable[[Geometry, Parameters], Geometry] | None = None
 
     def runs_on(self, model: object) -> Callable[..., Iterator]:
         """The method's loop for this model's kind of tokens; UnsupportedMethod where it has none."""
@@ -54,7 +55,8 @@ class Method(MethodInfo):
         loop = self.runs_on(model)
         if is_continuous(model):
             return VectorDecoder(model, loop, prompt, seed, sampling, parameters)
-        return TokenDecoder(model, loop, prompt, seed, sampling, parameters, self.prepare)
+        geometry = model.geometry if self.reorder is None else self.reorder(model.geometry, parameters)
+        return TokenDecoder(model, loop, prompt, seed, sampling, parameters, self.prepare, geometry)
 
     def prepare(self, session: Session, parameters: Parameters) -> None:
         """Per-model work that is not part of decoding (a neighbour table), done before a run is timed;
@@ -63,10 +65,12 @@ class Method(MethodInfo):
             neighbour_table(token_vectors(session, self.name), parameters.neighbours)
         if isinstance(parameters, DraftedTreeParameters):  # a drafter proposes the tree
             check_needs(session, parameters.drafter)
+        if self.decision_order is not None and not callable(getattr(session, "forward_at", None)):
+            raise UnsupportedMethod(f"{self.name} feeds tokens out of raster order, which this model's session cannot")
 
 
-def _loop(name: str | None) -> Callable[..., Iterator] | None:
-    """The loop a catalogue entry names as `module:function` in specviz.decoding."""
+def _loop(name: str | None) -> Callable | None:
+    """The function (a loop) a catalogue entry names as `module:function` in specviz.decoding."""
     if name is None:
         return None
     module, function = name.split(":")
@@ -79,6 +83,7 @@ def _with_loops(info: MethodInfo) -> Method:
         **{field.name: getattr(info, field.name) for field in fields(MethodInfo)},
         iterate=_loop(info.discrete),
         iterate_continuous=_loop(info.continuous),
+        reorder=_loop(info.decision_order),
     )
 
 

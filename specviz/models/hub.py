@@ -18,10 +18,9 @@ import torch
 from PIL import Image
 
 from specviz.models.errors import ModelUnavailable
-from specviz.models.protocol import Geometry
+from specviz.models.protocol import BLANK, Geometry
 
 GIB = 1024**3
-BLANK = 224  # grey of cells not generated yet, as in the tiny model
 # bf16 weights plus room for activations, the KV cache of two guidance rows and the allocator
 MEMORY_OVERHEAD = 1.15
 MEMORY_MARGIN_GIB = 2.0

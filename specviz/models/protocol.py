@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from PIL import Image
 
@@ -18,6 +19,7 @@ from specviz.models.errors import UnsupportedMethod
 from specviz.models.settings import SamplingSettings
 
 IMAGE_CELL = -1  # layout entry of a position that holds an image token
+BLANK = 224  # grey of cells not generated yet, visible against the emoji's white background
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,37 @@ class ImageModel(Protocol):
 
 
 def decode_in_order(model: ImageModel, tokens: list | torch.Tensor, order: Sequence[int] | None) -> Image.Image:
-    """`model.decode` of tokens generated in a given cell order (a random-order model's run); a
-    raster run has none, and every model decodes it."""
-    return model.decode(tokens) if order is None else model.decode(tokens, order=order)
+    """`model.decode` of tokens generated in a given cell order: a random-order model's run (its
+    decoder takes the order), or a discrete run decided out of raster order (ZipAR); a raster run has
+    none, and every model decodes it."""
+    from specviz.models.continuous import is_continuous  # here: the continuous protocol imports this one
+
+    if order is None:
+        return model.decode(tokens)
+    if is_continuous(model):
+        return model.decode(tokens, order=order)
+    return _decode_out_of_order(model, tokens, order)
+
+
+def in_raster_order(geometry: Geometry, tokens: Sequence[int], order: Sequence[int]) -> tuple[list[int], np.ndarray]:
+    """The raster sequence of `geometry` holding the first tokens of a run that decided positions out of
+    raster order (their cells `order`, -1 for a layout slot), code 0 in the cells not decided yet and the
+    layout's tokens in its slots; and which (rows, cols) cells are decided."""
+    sequence = [0 if entry == IMAGE_CELL else entry for entry in geometry.layout]
+    position_of_cell = {cell: position for position, cell in enumerate(geometry.cell_of_position()) if cell >= 0}
+    decided = np.zeros(geometry.rows * geometry.cols, dtype=bool)
+    for token, cell in zip(tokens, order, strict=False):
+        if cell >= 0:
+            sequence[position_of_cell[cell]] = int(token)
+            decided[cell] = True
+    return sequence, decided.reshape(geometry.rows, geometry.cols)
+
+
+def _decode_out_of_order(model: ImageModel, tokens: list[int], order: Sequence[int]) -> Image.Image:
+    """The whole raster sequence decoded, the cells not decided yet blanked."""
+    sequence, decided = in_raster_order(model.geometry, tokens, order)
+    pixels = np.array(model.decode(sequence).convert("RGB"))
+    scale_y, scale_x = pixels.shape[0] // decided.shape[0], pixels.shape[1] // decided.shape[1]
+    mask = decided.repeat(scale_y, 0).repeat(scale_x, 1)
+    pixels[: mask.shape[0], : mask.shape[1]][~mask] = BLANK
+    return Image.fromarray(pixels)

@@ -158,6 +158,10 @@ class CachedSession:
         self._pending = 0  # tokens in the cache after the committed prefix
         self._parents: list[int] | None = None  # the last forward's tree; None for a chain
         self._last: torch.Tensor | None = None
+        # after a `forward_at`: the sequence position of every generated token in the cache, in cache
+        # order, and whether it is still seen (a replaced stand-in is not); None while the cache is a prefix
+        self._held: torch.Tensor | None = None
+        self._live: torch.Tensor | None = None
         self._has_layout = any(entry != IMAGE_CELL for entry in geometry.layout)
         # the forced token of every position, and a sentinel for positions past the end
         self._layout_device = torch.tensor([*geometry.layout, IMAGE_CELL], device=self._device)
@@ -175,6 +179,8 @@ class CachedSession:
     def forward(
         self, tokens: torch.Tensor, parents: Sequence[int] | torch.Tensor | TreeMask | None = None
     ) -> torch.Tensor:
+        if self._held is not None:
+            raise ValueError("this session holds tokens out of raster order (forward_at); continue with forward_at")
         tokens = tokens.reshape(-1)
         count = tokens.shape[0]
         if self._pending:
@@ -202,6 +208,51 @@ class CachedSession:
         self.tokens_fed += count
         self._last = self._force(self._combine(raw.float(), self._scale), self.position + 1, depth)
         return self._last
+
+    def forward_at(self, tokens: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
+        """One pass feeding decided tokens at sequence positions out of raster order (several image rows
+        in flight, as ZipAR decodes): token i sits at `positions[i]`, sees the prompt and every token held
+        at an earlier position (this pass's included), and row i of the (n, V) logits is the distribution
+        of position `positions[i] + 1`. The tokens stay: nothing is committed or rolled back. A token fed
+        at a position already held replaces the one there (a stand-in fed before its position was
+        decided), which no later token sees.
+
+        Once a session has passed tokens this way its raster prefix (`position`, `commit`) no longer
+        describes it, so `forward` refuses."""
+        held = [int(position) for position in positions]
+        tokens = tokens.reshape(-1)
+        if len(held) != len(tokens) or len(set(held)) != len(held):
+            raise ValueError(f"{len(tokens)} tokens need {len(tokens)} distinct positions, got {held}")
+        if not all(0 <= position < self.geometry.seq_len for position in held):
+            raise ValueError(f"positions must lie in the sequence of {self.geometry.seq_len}, got {held}")
+        if self._pending:
+            self._cache.crop(-self._pending)
+            self._pending = 0
+        if self._held is None:  # the committed raster prefix, as held positions
+            self._held = torch.arange(self.position, device=self._device)
+            self._live = torch.ones(self.position, dtype=torch.bool, device=self._device)
+        with intended_sync():  # the pass's positions, in one copy to the device
+            new = torch.tensor(held, device=self._device)
+        self._live = torch.cat([self._live & ~torch.isin(self._held, new), torch.ones_like(new, dtype=torch.bool)])
+        self._held = torch.cat([self._held, new])
+        prompt, rows = self._prompt, self._rows
+        visible = prompt.visible
+        if visible is None:
+            visible = torch.ones(rows, prompt.width, dtype=torch.bool, device=self._device)
+        sees = self._live[None, :] & (self._held[None, :] <= new[:, None])  # (n, tokens held)
+        mask = torch.cat([visible[:, None, :].expand(rows, len(held), -1), sees.expand(rows, -1, -1)], dim=-1)
+        first = prompt.first_position
+        if first is None:
+            first = torch.full((rows,), prompt.width, device=self._device)
+        with torch.inference_mode():
+            raw = self._run(
+                tokens.reshape(1, -1).expand(rows, -1), self._cache, mask[:, None], first[:, None] + new[None, :]
+            )
+        if isinstance(raw, tuple):
+            raw, self.features = raw
+        self.nfe += 1
+        self.tokens_fed += len(held)
+        return self._force(self._combine(raw.float(), self._scale), 1, new)
 
     def commit(self, keep: int | Sequence[int] | torch.Tensor) -> None:
         """Keep the first `keep` tokens of the last forward, or the root-to-node path `keep` of its tree."""

@@ -36,11 +36,13 @@ def rows_with_end_slots(rows: int, cols: int, image_tokens: int) -> Geometry:
     return Geometry(rows, cols, image_tokens + 1, ((IMAGE_CELL,) * cols + (image_tokens,)) * rows)
 
 
-def cached_tokens(cache: DynamicCache, row: int) -> list[int]:
-    """The token ids a `ToyModel` cache holds for `row`, in order."""
+def cached_tokens(cache: DynamicCache, row: int) -> list[tuple[int, int]]:
+    """(sequence position, token id) of every entry a `ToyModel` cache holds for `row`, in cache order:
+    its keys hold the ids, its values the positions."""
     if not cache.layers or cache.layers[0].keys is None or cache.get_seq_length() == 0:
         return []
-    return cache.layers[0].keys[row, 0, :, 0].long().tolist()
+    layer = cache.layers[0]
+    return list(zip(layer.values[row, 0, :, 0].long().tolist(), layer.keys[row, 0, :, 0].long().tolist(), strict=True))
 
 
 class ToyModel:
@@ -90,17 +92,24 @@ class ToyModel:
         rows = 1 if guidance_scale == 1.0 else GUIDANCE_ROWS
 
         def run(tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions) -> torch.Tensor:
-            """A chain, or a draft tree (mask given): each new token continues the cached tokens and its
-            ancestors among the new ones (the mask's last columns); the new tokens join the cache."""
+            """Each new token sees what the mask lets it see (a chain without one: everything cached and the
+            new tokens up to itself); its conditional is the one of the tokens it sees, in the order of their
+            positions (a raster prefix: its tokens alone, as `reference_raw_logits` keys them; tokens out of
+            raster order, as ZipAR feeds them: their positions too). The new tokens join the cache."""
             count = tokens.shape[1]
+            held = cache.get_seq_length() if cache.layers and cache.layers[0].keys is not None else 0
+            if positions is None:
+                positions = torch.arange(held, held + count)[None].expand(rows, -1)
             out = torch.empty(rows, count, self.geometry.vocab_size)
             for row in range(rows):
-                committed, new = cached_tokens(cache, row), tokens[row].tolist()
+                new = list(zip(positions[row].tolist(), tokens[row].tolist(), strict=True))
+                entries = cached_tokens(cache, row) + new
                 for i in range(count):
-                    seen = range(i + 1) if mask is None else mask[row, 0, i, -count:].nonzero().flatten().tolist()
-                    out[row, i] = self.raw_logits(row, (*committed, *(new[j] for j in seen)))
-            ids = tokens.float()[:, None, :, None]
-            cache.update(ids, torch.zeros_like(ids), 0)
+                    sees = range(held + i + 1) if mask is None else mask[row, 0, i].nonzero().flatten().tolist()
+                    seen = sorted(entries[j] for j in sees)
+                    in_raster = [position for position, _ in seen] == list(range(len(seen)))
+                    out[row, i] = self.raw_logits(row, tuple(token for _, token in seen) if in_raster else tuple(seen))
+            cache.update(tokens.float()[:, None, :, None], positions.float()[:, None, :, None], 0)
             return out
 
         prefill = torch.stack([self.raw_logits(row, ()) for row in range(rows)])

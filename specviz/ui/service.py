@@ -23,6 +23,7 @@ import torch
 from PIL import Image
 
 from specviz import metrics
+from specviz.decoding.registry import METHODS
 from specviz.errors import USER_ERRORS
 from specviz.inputs import InputError, brief
 from specviz.models.errors import ModelUnavailable, UnknownModel
@@ -368,19 +369,25 @@ def decodable(trace: Trace) -> list:
 def decoder_for(trace: Trace) -> ImageModel | None:
     """The model that can turn this trace's tokens into pixels here: offered, loadable, and with the
     trace's own grid, vocabulary, layout and kind of order (a trace is checked against the model, not
-    trusted: a raster model's trace that claims a generation order is not decoded)."""
+    trusted: a raster model's trace that claims a generation order is not decoded, unless its method
+    decides positions in its own order, and then in exactly that order)."""
     entry = MODELS.get(trace.model)
     if entry is None or trace.model not in offered_models() or entry.offline() is not None:
         return None
-    if (trace.geometry.order is not None) != entry.random_order:
+    method = METHODS.get(trace.method)
+    reorders = method is not None and method.reorder is not None and not entry.random_order
+    if (trace.geometry.order is not None) != (entry.random_order or reorders):
         return None
     try:
         model = get_model(trace.model)
     except ModelUnavailable:
         return None
-    g, m = trace.geometry, model.geometry
+    m = model.geometry
+    if reorders:
+        m = method.reorder(m, method.resolve(trace.params))
+    g = trace.geometry
     same = (g.rows, g.cols, g.vocab_size, tuple(g.layout)) == (m.rows, m.cols, m.vocab_size, m.layout)
-    return model if same else None
+    return model if same and (not reorders or tuple(g.order) == m.order) else None
 
 
 def export_folder() -> Path:

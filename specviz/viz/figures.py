@@ -19,10 +19,11 @@ from specviz.metrics import (
     has_trees,
     per_iteration,
     summary,
+    timed_speedup,
     window_size,
 )
 from specviz.trace import Trace
-from specviz.viz.narration import latency_text, ratio_text
+from specviz.viz.narration import latency_verdict, ratio_text
 from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
 # characters per title line (normal, large type): plotly does not wrap titles, so they are wrapped for the
@@ -128,6 +129,10 @@ def window_title(trace: Trace, j: int) -> str:
     if it.kind == "tree":
         drawn = ", +1 drawn after them" if len(it.committed) > it.accepted else ""
         return f"{head}: {len(it.tree.tokens)} drafts in a tree, {it.accepted} accepted{drawn}"
+    if it.kind == "rows":
+        if len(it.rows) == 1:
+            return f"{head}: 1 token drawn, row {it.rows[0]}"
+        return f"{head}: {len(it.rows)} tokens drawn together, rows {', '.join(str(row) for row in it.rows)}"
     if it.kind != "window":
         return f"{head}: no drafts, {len(it.committed)} token sampled"
     if it.rejected_at is None:
@@ -253,7 +258,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
             bordercolor=palette["rejected"],
             borderwidth=2,
         )
-    for state in legend_states(set(draft_fates)):
+    for state in legend_states(set(draft_fates)) if trace.kind != "rows" else ["committed", "pending"]:
         fig.add_trace(
             go.Scatter(
                 x=[None],
@@ -297,7 +302,9 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
     fig.update_yaxes(zeroline=False, row=2, col=1, range=[-1.4 * STRIP, 1.05], tickvals=[0, 0.5, 1], title="ratio")
     if not drafts:
         fig.add_annotation(
-            text="no drafts this iteration",
+            text="no drafts this iteration"
+            if it.kind != "rows"
+            else "nothing verified: the outlined cells were<br>drawn together, one per row in flight",
             x=(max(width, 1) - 1) / 2,
             y=0.5,
             xref="x2",
@@ -431,10 +438,8 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     for col, value in enumerate((passes, lambda t: t.seconds), start=1):
         top = 1.2 * max(value(trace), value(ar), trace.draft_nfe or 0 if col == 1 else 0) or 1.0  # room for labels
         fig.update_yaxes(range=[0, top], row=1, col=col)
-    title = (
-        f"{trace.method} vs {ar.method}: {ratio_text(numbers['step_compression'])} step compression,<br>"
-        f"{latency_text(numbers['latency_speedup'])}"
-    )
+    latency = latency_verdict(numbers["latency_speedup"], timed_speedup(trace, ar), with_spread=False)
+    title = f"{trace.method} vs {ar.method}: {ratio_text(numbers['step_compression'])} step compression,<br>{latency}"
     if alone:
         c = numbers["cost_ratio"]
         title = f"{trace.method}: the draft model alone,<br>{c:.2f}x the target's AR time (cost ratio c)"

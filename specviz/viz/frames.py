@@ -131,6 +131,10 @@ DRAFT_FATES = ("accepted", "rejected", "kept", "redrawn", "reset", "new", "disca
 GHOST_STRENGTH = 0.45  # a guessed cell shows its draft's pixels at this strength over the background: not yet real
 
 
+def _cell_box(row: int, col: int, cell_w: float, cell_h: float) -> tuple[int, int, int, int]:
+    return round(col * cell_w), round(row * cell_h), round((col + 1) * cell_w) - 1, round((row + 1) * cell_h) - 1
+
+
 def pass_overlay(
     image: Image.Image, trace: Trace, j: int, dark: bool = False, drafted: Image.Image | None = None
 ) -> Image.Image:
@@ -138,8 +142,9 @@ def pass_overlay(
     outlined in its fate's colour, so a race shows the window or tree at work on the picture itself.
     The cells of drafts that stay in the window (not committed by this pass) show their guessed
     pixels faded, from `drafted` (the same picture decoded with those drafts in place, see
-    `drafted_tokens`), or a tint of their fate's colour where there is none. Nothing drawn for a
-    pass without drafts (AR)."""
+    `drafted_tokens`), or a tint of their fate's colour where there is none. A pass that drew a token
+    in several rows (ZipAR) has its cells outlined: the front of rows in flight. Nothing drawn for a
+    pass that drew one token without drafts (AR)."""
     grid = grid_state(trace, j)
     palette = colors(dark)
     rows, cols = grid.state.shape
@@ -153,7 +158,7 @@ def pass_overlay(
     tint = Image.new("RGBA", canvas.size, (0, 0, 0, 0))
     draw, tint_draw = ImageDraw.Draw(canvas), ImageDraw.Draw(tint)
     for row, col in zip(*np.nonzero(np.isin(grid.state, DRAFT_FATES)), strict=True):
-        box = (round(col * cell_w), round(row * cell_h), round((col + 1) * cell_w) - 1, round((row + 1) * cell_h) - 1)
+        box = _cell_box(row, col, cell_w, cell_h)
         color = ImageColor.getrgb(palette[grid.state[row, col]])
         if not grid.now[row, col]:  # not committed by this pass: its pixels are a guess
             if drafted is not None:
@@ -162,6 +167,10 @@ def pass_overlay(
             else:
                 tint_draw.rectangle(box, fill=(*color, 110))
         draw.rectangle(box, outline=color, width=line)
+    if trace.iterations[j].kind == "rows":
+        for row, col in zip(*np.nonzero(grid.now), strict=True):
+            box = _cell_box(row, col, cell_w, cell_h)
+            draw.rectangle(box, outline=ImageColor.getrgb(palette["front"]), width=line)
     return Image.alpha_composite(canvas.convert("RGBA"), tint).convert("RGB")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from specviz.metrics import STALL_PASSES, Speedup, iteration_at, stalls
-from specviz.trace import ContinuousRecord, TokenRecord, Trace, TreeRecord, WindowRecord
+from specviz.trace import ContinuousRecord, RowsRecord, TokenRecord, Trace, TreeRecord, WindowRecord
 
 JUMPS = ("rejection", "long", "stall")  # what `jump` can look for
 
@@ -81,10 +81,13 @@ def _tree_sentence(it: TreeRecord) -> str:
     path = f"a path of {_drafts(it.accepted, 'node')} was accepted" if it.accepted else "no node was accepted"
     refused = "rejected" in it.outcome()
     why = f", every candidate at depth {it.accepted + 1} was refused," if refused else ""
-    return (
-        f"One pass verified a tree of {nodes} nodes, {deepest} deep: {path}{why} and the model drew one more "
-        f"token after it ({len(it.committed)} tokens fixed)."
+    fixed = len(it.committed)
+    after = (
+        f" and the model drew one more token after it ({fixed} tokens fixed)"
+        if fixed > it.accepted
+        else f"; the image ends with it, so no token was drawn after it ({fixed} tokens fixed)"
     )
+    return f"One pass verified a tree of {nodes} nodes, {deepest} deep: {path}{why}{after}."
 
 
 def _continuous_sentence(it: ContinuousRecord) -> str:
@@ -106,11 +109,36 @@ def _continuous_sentence(it: ContinuousRecord) -> str:
     )
 
 
+def _rows_sentence(it: RowsRecord) -> str:
+    rows = [str(row) for row in it.rows]
+    where = f"rows {', '.join(rows[:-1])} and {rows[-1]}" if len(rows) > 1 else f"row {rows[0]}"
+    drew = (
+        f"One pass drew {len(it.committed)} tokens at once, one in each of {where}"
+        if len(rows) > 1
+        else (f"One pass drew one token, in {where}")
+    )
+    stand_in = (
+        f"; of the {it.fed} tokens it fed, {it.stand_ins} stood in for the unfinished end of the row above a "
+        "row starting now (that row's latest token, at the end's position)"
+        if it.stand_ins
+        else ""
+    )
+    missing = (
+        f". Row {rows[0]}'s token saw every token before it, as in AR; the rows below did not see the end of "
+        "the row above them, not drawn yet: that is where ZipAR departs from AR"
+        if len(rows) > 1
+        else ""
+    )
+    return f"{drew}{stand_in}{missing}."
+
+
 def iteration_sentence(trace: Trace, j: int) -> str:
     """One plain sentence on what iteration j did."""
     iteration_at(trace, j)
     it = trace.iterations[j]
-    return f"Iteration {j} (from token {it.start}): " + SENTENCES[it.kind](it)
+    within = [(start, length) for start, length in stalls(trace, STALL_PASSES) if start <= j < start + length]
+    stall = "".join(f" Pass {j - start + 1} of a {length}-pass stall." for start, length in within)
+    return f"Iteration {j} (from token {it.start}): " + SENTENCES[it.kind](it) + stall
 
 
 # what each kind of pass says of itself
@@ -119,6 +147,7 @@ SENTENCES = {
     "window": _window_sentence,
     "tree": _tree_sentence,
     "continuous": _continuous_sentence,
+    "rows": _rows_sentence,
 }
 
 
@@ -152,6 +181,17 @@ def ratio_text(value: float) -> str:
 def latency_text(speedup: float) -> str:
     """AR's seconds over the method's in words: '1.72x latency speedup over AR', or '1.19x slower than AR'."""
     return f"{ratio_text(speedup)} latency speedup over AR" if speedup >= 1 else f"{ratio_text(speedup)} than AR"
+
+
+def latency_verdict(speedup: float, spread: Speedup | None, with_spread: bool = True) -> str:
+    """The latency against AR as a claim the timings support: 'about the same latency as AR' where the
+    repeats disagree on the side (their spread crosses 1: on a shared machine that is noise), else
+    `latency_text` of the median (of `speedup` where the runs were not timed again); the spread follows
+    where there is one, unless `with_spread` is False."""
+    if spread is None:
+        return latency_text(speedup)
+    verdict = "about the same latency as AR" if spread.low < 1 < spread.high else latency_text(spread.median)
+    return f"{verdict} ({spread_text(spread)})" if with_spread else verdict
 
 
 def spread_text(speedup: Speedup) -> str:

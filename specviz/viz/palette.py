@@ -74,6 +74,7 @@ def colors(dark: bool = False) -> dict[str, str]:
         "new": OKABE_ITO["sky_blue"],
         "discarded": "#5A5A5A" if dark else "#C4C4C4",
         "outline": FOREGROUND[dark],
+        "front": OKABE_ITO["orange"],  # the cells one pass drew in several rows at once (ZipAR's front)
     }
 
 

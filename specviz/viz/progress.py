@@ -7,6 +7,8 @@ send with every frame of a race.
 
 from __future__ import annotations
 
+import math
+
 import matplotlib
 import numpy as np
 from PIL import Image, ImageColor
@@ -30,7 +32,8 @@ def progress_map(trace: Trace, dark: bool = False) -> tuple[str, Image.Image]:
     """A title and a (rows x cols) RGB picture of the run so far: cells not committed yet in the
     pending colour. Window runs: each cell's accepted run length on a fixed scale of 1 to W + 1 (so a
     colour keeps its meaning as the map grows); tree runs: the depth in its tree at which each token was
-    accepted (grey: drawn by the model); continuous runs: where each token came from."""
+    accepted (grey: drawn by the model); rows runs (ZipAR): how many rows were in flight when each cell
+    was drawn; continuous runs: where each token came from."""
     g = trace.geometry
     palette = colors(dark)
     rgb = np.empty((g.rows * g.cols, 3), np.uint8)
@@ -45,6 +48,10 @@ def progress_map(trace: Trace, dark: bool = False) -> tuple[str, Image.Image]:
         values = depth_map(trace).ravel()
         top = max(float(np.nanmax(values, initial=1.0)), 1.0)
         title = f"depth at which each token was accepted (purple 1 to yellow {top:.0f}; grey: drawn by the model)"
+    elif trace.kind == "rows":  # ZipAR: at most one row in flight per window size of a row's width
+        values = acceptance_maps(trace)["run_length"].ravel()
+        top = float(min(g.rows, math.ceil(g.cols / trace.params["window_size"])))
+        title = f"rows in flight when each cell was drawn (navy 1 to yellow {top:.0f})"
     else:
         values = acceptance_maps(trace)["run_length"].ravel()
         top = float(window_size(trace) + 1)

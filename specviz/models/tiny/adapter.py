@@ -12,7 +12,7 @@ from transformers import DynamicCache
 
 from specviz.models.draft_head import HEAD_FILES, DraftHead
 from specviz.models.errors import ModelUnavailable
-from specviz.models.protocol import Geometry
+from specviz.models.protocol import BLANK, Geometry
 from specviz.models.session import CachedSession, PromptRows, transformers_mask
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
@@ -22,7 +22,6 @@ from specviz.models.weights import NOT_IN_CHECKOUT, WeightsError, check_numbers,
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets" / "tiny"
 SHIPPED = {"tiny": ASSETS, "tiny-uncertain": ASSETS.with_name("tiny-uncertain")}  # model name -> its folder
-BLANK = 224  # grey of cells not generated yet, visible against the emoji's white background
 WEIGHT_FILES = ("config.json", "model.safetensors", "codebook.safetensors")
 # used when a weights folder's config.json names no sampling defaults
 DEFAULT_SAMPLING = SamplingSettings(temperature=1.0, top_k=None, top_p=1.0, guidance_scale=1.5)

@@ -11,9 +11,8 @@ from transformers import DynamicCache
 from specviz.models.continuous import ContinuousSession, PairSession
 from specviz.models.diffusion_head import DiffusionHead
 from specviz.models.errors import ModelUnavailable
-from specviz.models.protocol import Geometry
+from specviz.models.protocol import BLANK, Geometry
 from specviz.models.settings import SamplingSettings, SettingsError
-from specviz.models.tiny.adapter import BLANK
 from specviz.models.tiny.text import TEXT_DIM, shared_text_encoder
 from specviz.models.tiny.tokenizer import PATCH
 from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
