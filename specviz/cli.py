@@ -244,7 +244,7 @@ def command_race(args: argparse.Namespace) -> int:
 
     from specviz.decoding.race import Race, retimed
     from specviz.metrics import summary, timed_speedup
-    from specviz.viz.narration import ratio_text, spread_text
+    from specviz.viz.narration import latency_verdict, ratio_text
 
     model = _load(args)
     race = Race(model, args.method, prompt, seed, _sampling(args, model.default_sampling), params)
@@ -266,9 +266,8 @@ def command_race(args: argparse.Namespace) -> int:
         spread = f"{min(t.timings):.3f}-{max(t.timings):.3f}" if t.timings else "-"
         compression = ratio_text(summary(t)["step_compression"])
         print(f"| {t.method} | {t.nfe} | {len(t.tokens)} | {compression} | {t.seconds:.3f} | {spread} |")
-    facts, timed = summary(trace, ar), timed_speedup(trace, ar)
-    spread = f" ({spread_text(timed)})" if timed else ""
-    print(f"\nlatency speedup over AR: {ratio_text(facts['latency_speedup'])}{spread}")
+    facts = summary(trace, ar)
+    print(f"\nlatency: {latency_verdict(facts['latency_speedup'], timed_speedup(trace, ar))}")
     return 0
 
 

@@ -76,7 +76,7 @@ def _expected_image(tiny, method, prompt, seed) -> np.ndarray:
 def test_a_race_shows_both_images_and_the_summary(server, tiny):
     client = Client(server, verbose=False)
     method_image, method_counter, ar_image, ar_counter, summary, iteration, _, _, race_map, map_title = _race(client)
-    assert "step compression" in summary and re.search("latency speedup over AR|slower than AR", summary)
+    assert "step compression" in summary and re.search("speedup over AR|slower than AR|about the same", summary)
     assert "the median of 2 runs of each with nothing drawing" in summary  # on a CPU: re-timed undisturbed
     assert re.search(r"\((from )?\d\.\d\d.*x.* over 2 timings\)", summary.splitlines()[0])  # with its spread
     assert "256/256 tokens" in method_counter and "NFE 256" in ar_counter
@@ -294,6 +294,25 @@ def test_a_slowdown_reads_as_one():
     carried = sum(it.carried for it in sjd.iterations)
     assert table[1][4] == f"{sum(it.changed for it in sjd.iterations) / carried:.0%}" and table[0][4] == "-"
     assert list(viz.comparison_figure(rows).data[1].text) == ["1.19x slower"]
+
+
+def test_the_headline_leads_with_passes_and_says_about_the_same_where_the_timings_disagree():
+    """The stable result first: step compression and passes. Latency only once timed, and a spread that
+    crosses 1 (noise on a shared machine) is 'about the same', never a gain or a loss."""
+    from specviz.trace import Trace
+    from specviz.ui.race import race_summary
+
+    sjd = Trace.load(_example())
+    ar = sjd.model_copy(update={"method": "ar", "nfe": 256, "seconds": sjd.seconds})
+    crossing = sjd.model_copy(update={"timings": [1.0, 1.0, 1.0]})
+    ar_timed = ar.model_copy(update={"timings": [0.9, 1.2, 1.05]})
+    headline = race_summary(crossing, ar_timed).splitlines()[0]
+    assert headline.startswith(f"### sjd: {256 / sjd.nfe:.2f}x step compression ({sjd.nfe} passes against AR's 256)")
+    assert "about the same latency as AR (from 1.11x slower to 1.20x faster over 3 timings)" in headline
+    faster = race_summary(crossing, ar.model_copy(update={"timings": [1.1, 1.3, 1.2]})).splitlines()[0]
+    assert "1.20x latency speedup over AR (1.10-1.30x over 3 timings)" in faster
+    provisional = race_summary(crossing, ar_timed, timing=3)
+    assert "latency being timed" in provisional and "speedup" not in provisional.splitlines()[2]
 
 
 def test_compare_is_timed_as_the_race_is_and_states_its_settings(server, monkeypatch):

@@ -146,6 +146,17 @@ def test_the_draft_alone_is_reported_as_the_draft_not_as_a_speedup(pair):
     assert "the draft model alone" in title
 
 
+def test_the_race_summary_and_its_bars_count_the_draft_passes_alike(pair):
+    """The summary's draft passes are the bar's: both count the draft's prefill, as NFE counts the target's."""
+    from specviz import viz
+    from specviz.ui.race import race_summary
+
+    trace, ar = run(pair, "cspd", "red apple", 0, params={"gamma": 4}), run(pair, "ar", "red apple", 0)
+    assert f" of the target and {trace.draft_nfe} of the draft" in race_summary(trace, ar)
+    bars = [bar for bar in viz.race_figure(trace, ar).data if bar.name == "draft model passes"]
+    assert list(bars[0].text) == [str(trace.draft_nfe)]
+
+
 def test_the_methods_of_one_kind_of_token_refuse_the_other(pair, tiny):
     with pytest.raises(UnsupportedMethod, match="continuous tokens"):
         run(pair, "sjd", "red apple", 0)

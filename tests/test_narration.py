@@ -9,6 +9,7 @@ from specviz.decoding import run
 from specviz.metrics import stalls
 from specviz.ui.inspection import describe_iteration, next_of_kind, step_by
 from specviz.viz import GLOSSARY, iteration_sentence, jump
+from specviz.viz.narration import SENTENCES
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,10 @@ def test_tree_and_continuous_passes_have_their_own_sentences(eagle2_trace, tiny)
     j = max(range(len(eagle2_trace.iterations)), key=lambda k: eagle2_trace.iterations[k].accepted)
     sentence = iteration_sentence(eagle2_trace, j)
     assert "One pass verified a tree of" in sentence and "drew one more token after it" in sentence
+    best = eagle2_trace.iterations[j]  # as the image's last tree: its path fixed, no token drawn after it
+    ended = SENTENCES["tree"](best.model_copy(update={"committed": best.committed[: best.accepted]}))
+    assert f"({best.accepted} tokens fixed)" in ended and "no token was drawn after it" in ended
+    assert "drew one more" not in ended
     from test_mar import pair_of_random_mars
 
     trace = run(pair_of_random_mars(), "cspd", "3", 0, params={"gamma": 3, "prefill": 0.1})
@@ -61,9 +66,15 @@ def test_tree_and_continuous_passes_have_their_own_sentences(eagle2_trace, tiny)
 def test_the_inspect_handlers_step_jump_and_describe(stalled):
     runs = {"trace": stalled}
     start = stalls(stalled)[0][0]
-    assert next_of_kind("stall", runs, 0) == start
+    assert next_of_kind("stall", runs, 0)[0] == start
+    last = len(stalled.iterations) - 1  # nothing after the end: the iteration stays and the note says so
+    stay, note = next_of_kind("rejection", runs, last)
+    assert stay == {"__type__": "update"} and note == f"No rejection after iteration {last} in this run."
     assert step_by(-1, runs, 0) == 0 and step_by(1, runs, len(stalled.iterations) - 1) == len(stalled.iterations) - 1
     assert describe_iteration(runs, start) == iteration_sentence(stalled, start)
+    length = stalls(stalled)[0][1]
+    assert iteration_sentence(stalled, start + 2).endswith(f" Pass 3 of a {length}-pass stall.")
+    assert "stall" not in iteration_sentence(stalled, start - 1)
     assert describe_iteration({}, 3) == ""
     for word in ("NFE", "Step compression", "p_old", "Acceptance ratio", "coupling", "Stall", "Tau", "Alpha"):
         assert word in GLOSSARY

@@ -81,9 +81,20 @@ def neighbour_instructive(runs: dict, j: float, forward: bool) -> int | dict:
     return later[0] if later else int(j)
 
 
-def next_of_kind(kind: str, runs: dict, j: float) -> int | dict:
-    """The next iteration after j that shows `kind` (viz.JUMPS); j itself where none does."""
-    return viz.jump(runs["trace"], int(j), kind) if runs else gr.update()
+NO_TARGET = {
+    "rejection": "No rejection after iteration {j} in this run.",
+    "long": "No long accepted run after iteration {j} in this run.",
+    "stall": "No stall after iteration {j} in this run.",
+}
+
+
+def next_of_kind(kind: str, runs: dict, j: float) -> tuple[int | dict, str | dict]:
+    """The next iteration after j that shows `kind` (viz.JUMPS), and no change to the sentence (the new
+    iteration's replaces it); where none does, the iteration stays and the sentence says so."""
+    if not runs:
+        return gr.update(), gr.update()
+    target = viz.jump(runs["trace"], int(j), kind)
+    return (target, gr.update()) if target != int(j) else (gr.update(), NO_TARGET[kind].format(j=int(j)))
 
 
 def step_by(offset: int, runs: dict, j: float) -> int | dict:
@@ -337,7 +348,7 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
     buttons["previous"].click(previous_acceptance, [runs, iteration], iteration)
     buttons["next"].click(next_acceptance, [runs, iteration], iteration)
     for kind, button in buttons["jumps"].items():
-        button.click(functools.partial(next_of_kind, kind), [runs, iteration], iteration)
+        button.click(functools.partial(next_of_kind, kind), [runs, iteration], [iteration, buttons["note"]])
     buttons["step_back"].click(functools.partial(step_by, -1), [runs, iteration], iteration)
     buttons["step_on"].click(functools.partial(step_by, 1), [runs, iteration], iteration)
     iteration.change(describe_iteration, [runs, iteration], buttons["note"], **stepped)

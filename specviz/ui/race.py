@@ -87,13 +87,21 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
     else:
         how = "each side's clock counts only its own compute (the two runs are interleaved on one device)"
     tau = f", mean tau {metrics.per_tree(trace)['tau'].mean():.2f} per tree" if metrics.has_trees(trace) else ""
+    stalled = metrics.stalls(trace)
+    if stalled:  # where the passes went: runs of passes that accepted nothing
+        longest = max(length for _, length in stalled)
+        count = "a stall" if len(stalled) == 1 else f"{len(stalled)} stalls"
+        tau += f", {count} (longest {longest} passes accepting nothing)"
     if trace.continuous:
         alpha = metrics.draft_acceptance(trace.iterations)
         rate = "" if alpha is None else f", {alpha:.0%} of drafts accepted"
-        tau = f" of the target and {trace.draft_nfe - 1} of the draft{rate}"
+        tau = f" of the target and {trace.draft_nfe} of the draft{rate}"  # each prefill counted, as the bars do
+    # the stable result first (passes are the same on every press); latency only once timed undisturbed,
+    # and "about the same" where its repeats disagree on the side
+    latency = "latency being timed" if timing else viz.latency_verdict(facts["latency_speedup"], spread)
     headline = (
-        f"### {trace.method}: {viz.ratio_text(facts['step_compression'])} step compression, "
-        f"{viz.latency_text(facts['latency_speedup'])}" + (f" ({viz.spread_text(spread)})" if spread else "")
+        f"### {trace.method}: {viz.ratio_text(facts['step_compression'])} step compression "
+        f"({facts['nfe']} passes against AR's {ar.nfe}), {latency}"
     )
     if metrics.draft_alone(trace):  # another model, not a decoding of the target: its time is CSpD's cost ratio
         c = facts["cost_ratio"]

@@ -33,7 +33,16 @@ from specviz.viz.frames import (
     slide_title,
     write_animation,
 )
-from specviz.viz.narration import GLOSSARY, JUMPS, iteration_sentence, jump, latency_text, ratio_text, spread_text
+from specviz.viz.narration import (
+    GLOSSARY,
+    JUMPS,
+    iteration_sentence,
+    jump,
+    latency_text,
+    latency_verdict,
+    ratio_text,
+    spread_text,
+)
 from specviz.viz.palette import FATES, OKABE_ITO, STATES, colors, swatches, theme
 from specviz.viz.progress import progress_map
 from specviz.viz.trees import depth_map_figure, tau_figure, tree_figure, tree_shape_figure
@@ -61,6 +70,7 @@ __all__ = [
     "iteration_sentence",
     "jump",
     "latency_text",
+    "latency_verdict",
     "message_figure",
     "pass_cost_figure",
     "pass_overlay",
