@@ -147,19 +147,25 @@ def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser)
     assert told.startswith("Iteration 17 ") and "no draft accepted" in told  # the stall's first pass
 
 
-def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
-    """Slow motion shows the method pass by pass, its window outlined on the picture; Stop cancels the race
-    and says how far each side got (Compare's note, never set on a fresh page, reaches the handler as None)."""
+def _race_in_slow_motion(server, browser, button: str) -> float:
+    """Open the app, pick slow motion, press `button` (Run or a preset); when it was pressed."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(server)
-    wait = WebDriverWait(browser, 60)
     slow = "//*[@id='race-speed']//label[contains(., 'slow motion')]"
-    wait.until(expected_conditions.element_to_be_clickable((By.XPATH, slow))).click()
-    browser.find_element(By.ID, "run-button").click()
-    pressed = time.perf_counter()
+    WebDriverWait(browser, 60).until(expected_conditions.element_to_be_clickable((By.XPATH, slow))).click()
+    browser.find_element(By.ID, button).click()
+    return time.perf_counter()
+
+
+def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
+    """Slow motion shows the method pass by pass, its window outlined on the picture; Stop cancels the race
+    and says how far each side got (Compare's note, never set on a fresh page, reaches the handler as None)."""
+    from selenium.webdriver.common.by import By
+
+    pressed = _race_in_slow_motion(server, browser, "run-button")
     while time.perf_counter() - pressed < 60 and "NFE 3 " not in _text(browser, "method-counter"):
         time.sleep(0.05)
     # the window at work on the method's picture: its drafted cells outlined in their fates' colours
@@ -213,15 +219,8 @@ def test_the_zipar_preset_races_its_rows_in_flight_on_the_picture(server, browse
     """ZipAR's mechanism on the method's picture: in slow motion each pass outlines the cells it drew
     together, one per row in flight, in the front colour."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    browser.get(server)
-    wait = WebDriverWait(browser, 60)
-    slow = "//*[@id='race-speed']//label[contains(., 'slow motion')]"
-    wait.until(expected_conditions.element_to_be_clickable((By.XPATH, slow))).click()
-    browser.find_element(By.ID, "preset-zipar").click()
-    pressed = time.perf_counter()
+    pressed = _race_in_slow_motion(server, browser, "preset-zipar")
     front = ImageColor.getrgb(colors()["front"])
     pixels = 0
     while time.perf_counter() - pressed < 90 and not pixels:
