@@ -24,6 +24,8 @@ class Preset:
     temperature: float | None = None  # None: the model's own default
     compare: tuple[str, ...] = ()  # the Compare tab's selection, where the finding is a comparison
     contrast: bool = False  # also run it with pre-filling switched, both in Inspect (CSpD's figure 11)
+    # race in slow motion: a mechanism over in a second live (a few dozen passes) is shown pass by pass
+    slow_motion: bool = False
 
 
 PRESETS = (
@@ -41,6 +43,7 @@ PRESETS = (
         "sjd",
         "blue square",
         params={"window": 16, "init": "repeat-above"},
+        slow_motion=True,
     ),
     Preset(
         "scd-effect",
@@ -88,6 +91,7 @@ PRESETS = (
         "sjd-pac",
         "rocket",
         compare=("sjd", "sjd-pac"),
+        slow_motion=True,
     ),
     Preset(
         "zipar",
@@ -117,6 +121,7 @@ PRESETS = (
         "peanut",
         "red apple",
         params={"drafter": "head"},
+        slow_motion=True,
     ),
     Preset(
         "cspd",

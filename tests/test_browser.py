@@ -228,5 +228,7 @@ def test_the_zipar_preset_races_its_rows_in_flight_on_the_picture(server, browse
         if counter and int(counter.group(1)) > 10:  # two rows in flight from pass 9 on
             pixels = browser.execute_script(OUTLINE_PIXELS, [front])
         time.sleep(0.05)
+    caption = _text(browser, "method-counter")
     browser.find_element(By.XPATH, "//button[normalize-space()='Stop']").click()
     assert pixels > 100, f"the race should outline the cells each pass drew together ({pixels} px)"
+    assert re.search(r"pass \d+: 2 tokens drawn together, rows \d+, \d+", caption), caption  # the live caption

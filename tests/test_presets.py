@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specviz.decoding import METHODS, run
-from specviz.models.registry import get_entry
+from specviz.models.registry import get_entry, load_model
 from specviz.presets import PRESET_BY_KEY, PRESETS
 from specviz.ui.controls import PARAMETERS, methods_for, preset_controls
 
@@ -18,7 +18,7 @@ def test_a_preset_sets_every_control_to_something_that_runs(preset):
     updates = preset_controls(preset.key)
     model, method, *rest = updates
     controls, rest = rest[: len(PARAMETERS)], rest[len(PARAMETERS) :]
-    _lossy, prompt, seed, temperature, _top_k, _top_p, guidance, compared, known, note = rest
+    _lossy, prompt, seed, temperature, _top_k, _top_p, guidance, compared, known, note, speed = rest
     assert model["value"] == preset.model and method["value"] == preset.method
     shown = {name: c["value"] for name, c in zip(PARAMETERS, controls, strict=True) if c.get("visible")}
     assert {**shown, **preset.params} == shown  # the preset's values are on the visible controls
@@ -28,6 +28,20 @@ def test_a_preset_sets_every_control_to_something_that_runs(preset):
     assert guidance["value"] == default.guidance_scale
     assert set(compared["value"]) <= set(compared["choices"]) and note["value"] == preset.explanation
     assert known["visible"] == bool(get_entry(preset.model).known_prompts())
+    assert speed["value"] == ("slow" if preset.slow_motion else "live")
+
+
+def test_presets_whose_mechanism_is_over_in_a_second_race_in_slow_motion_for_under_a_minute(tiny):
+    """A slow-motion preset shows each of the method's passes for SLOW_MOTION_PAUSE: a few dozen passes,
+    so the class sees the mechanism and the race ends within a minute."""
+    from specviz.ui.race import SLOW_MOTION_PAUSE
+
+    slow = [preset for preset in PRESETS if preset.slow_motion]
+    assert {preset.key for preset in slow} >= {"sjd-init", "sjd-pac"}
+    for preset in slow:
+        model = tiny if preset.model == "tiny" else load_model(preset.model)
+        trace = run(model, preset.method, preset.prompt, preset.seed, params=preset.params)
+        assert trace.nfe * SLOW_MOTION_PAUSE < 60, f"{preset.key}: {trace.nfe} passes in slow motion"
 
 
 @pytest.mark.parametrize(

@@ -176,7 +176,7 @@ def method_updates(name: str, values: dict | None = None) -> tuple:
 
 def preset_controls(key: str) -> tuple:
     """Every control a preset sets (in `preset_outputs` order: model, method, method controls, lossy
-    note, prompt, seed, sampling, Compare's selection, the known names, the explanation)."""
+    note, prompt, seed, sampling, Compare's selection, the known names, the explanation, the race's speed)."""
     preset = PRESET_BY_KEY[key]
     names = methods_for(preset.model)
     sampling = get_entry(preset.model).sampling()
@@ -193,6 +193,7 @@ def preset_controls(key: str) -> tuple:
         gr.update(choices=names, value=compared),
         known_prompts_of(preset.model),
         gr.update(value=preset.explanation),
+        gr.update(value="slow" if preset.slow_motion else "live"),
     )
 
 
@@ -315,11 +316,11 @@ class Controls:
         """What `restored_controls` sets, in its order."""
         return [self.model, self.method, *self.method_outputs, self.prompt, self.seed, *self.sampling]
 
-    def preset_outputs(self, compare_methods: gr.CheckboxGroup, note: gr.Markdown) -> list:
+    def preset_outputs(self, compare_methods: gr.CheckboxGroup, note: gr.Markdown, speed: gr.Radio) -> list:
         """What `preset_controls` sets, in its order."""
         return [
             self.model, self.method, *self.method_outputs, self.prompt, self.seed, *self.sampling,
-            compare_methods, self.known_names, note,
+            compare_methods, self.known_names, note, speed,
         ]  # fmt: skip
 
 

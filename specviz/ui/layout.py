@@ -88,7 +88,7 @@ def build() -> gr.Blocks:
         race_event = side.run_button.click(racer, race_inputs, race_outputs, **race_options)
         side.run_button.click(lambda: "", None, race_tab.preset_note, queue=False)  # one's own run: no preset story
         refresh_after(race_event)
-        preset_outputs = side.preset_outputs(compare_tab.methods, race_tab.preset_note)
+        preset_outputs = side.preset_outputs(compare_tab.methods, race_tab.preset_note, race_tab.speed)
         preset_races = []
         for key, button in preset_buttons.items():
             raced = button.click(functools.partial(controls.preset_controls, key), None, preset_outputs).then(

@@ -260,7 +260,8 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             drafted = None if guessed is None else show(on_compute_thread(decode_in_order, chosen, guessed, None))
             picture_now = viz.pass_overlay(picture_now, live, newest, dark=False, drafted=drafted)
             picture_now.info["Description"] = description
-            return {image: picture_now, count: live_counter(stream), **progress(live, "live")}
+            caption = f"{live_counter(stream)}<br>{viz.pass_caption(live, newest)}"  # what the newest pass did
+            return {image: picture_now, count: caption, **progress(live, "live")}
 
         total = contest.baseline.session.geometry.seq_len
 

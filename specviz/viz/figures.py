@@ -22,7 +22,7 @@ from specviz.metrics import (
     timed_speedup,
     window_size,
 )
-from specviz.trace import Trace
+from specviz.trace import Iteration, Trace
 from specviz.viz.narration import latency_verdict, ratio_text
 from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
@@ -122,23 +122,35 @@ def _state_heatmap(states: np.ndarray, hover: np.ndarray, dark: bool, **kwargs: 
 
 
 def window_title(trace: Trace, j: int) -> str:
-    """'iteration 12/40: 5 accepted, rejected at 5' and the variants without drafts or rejection, or
-    for a tree pass 'iteration 12/40: 59 drafts in a tree, 5 accepted, +1 drawn after them'."""
-    it = trace.iterations[j]
-    head = f"iteration {j}/{len(trace.iterations) - 1}"
+    """'iteration 12/40: 5 accepted, rejected at 5' and the variants of `pass_outcome`."""
+    return f"iteration {j}/{len(trace.iterations) - 1}: {pass_outcome(trace.iterations[j], trace.geometry.cols)}"
+
+
+def pass_caption(trace: Trace, j: int) -> str:
+    """The race's live caption of pass j: 'pass 12: all 16 accepted, a whole row at once'."""
+    return f"pass {j}: {pass_outcome(trace.iterations[j], trace.geometry.cols)}"
+
+
+def pass_outcome(it: Iteration, cols: int) -> str:
+    """What one pass did, in a few words: '5 accepted, rejected at 5', 'all 16 accepted, +1 sampled after
+    the window', '59 drafts in a tree, 5 accepted, +1 drawn after them', '2 tokens drawn together, rows 7,
+    8', '3 of 8 drafts accepted'; a pass that fixed a grid row's worth of tokens or more says so."""
+    whole_row = ", a whole row at once" if len(it.committed) >= cols else ""
     if it.kind == "tree":
         drawn = ", +1 drawn after them" if len(it.committed) > it.accepted else ""
-        return f"{head}: {len(it.tree.tokens)} drafts in a tree, {it.accepted} accepted{drawn}"
+        return f"{len(it.tree.tokens)} drafts in a tree, {it.accepted} accepted{drawn}{whole_row}"
     if it.kind == "rows":
         if len(it.rows) == 1:
-            return f"{head}: 1 token drawn, row {it.rows[0]}"
-        return f"{head}: {len(it.rows)} tokens drawn together, rows {', '.join(str(row) for row in it.rows)}"
+            return f"1 token drawn, row {it.rows[0]}"
+        return f"{len(it.rows)} tokens drawn together, rows {', '.join(str(row) for row in it.rows)}"
+    if it.kind == "continuous" and it.fate:
+        return f"{it.accepted} of {len(it.fate)} drafts accepted{whole_row}"
     if it.kind != "window":
-        return f"{head}: no drafts, {len(it.committed)} token sampled"
+        return f"no drafts, {len(it.committed)} token sampled"
     if it.rejected_at is None:
         bonus = len(it.committed) - it.accepted
-        return f"{head}: all {it.accepted} accepted" + (f", +{bonus} sampled after the window" if bonus else "")
-    return f"{head}: {it.accepted} accepted, rejected at {it.rejected_at}"
+        return f"all {it.accepted} accepted" + (f", +{bonus} sampled after the window" if bonus else "") + whole_row
+    return f"{it.accepted} accepted, rejected at {it.rejected_at}{whole_row}"
 
 
 def _outline(cells: np.ndarray, inset: float) -> tuple[list, list]:
