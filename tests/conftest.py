@@ -49,9 +49,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def server():
-    """The app, launched once in this process on a free port, timing each run twice after a race or a
-    comparison (the default three cost the suite minutes); yields its URL."""
-    from specviz.ui import MAX_UPLOAD_BYTES, build
+    """The app, launched once in this process on a free port with app.py's style sheet, timing each run
+    twice after a race or a comparison (the default three cost the suite minutes); yields its URL."""
+    from specviz.ui import CSS, MAX_UPLOAD_BYTES, build
 
     os.environ["SPECVIZ_TIMINGS"] = "2"
 
@@ -59,7 +59,12 @@ def server():
     demo.queue(default_concurrency_limit=1, max_size=32)
     port = _free_port()
     demo.launch(
-        server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, max_file_size=MAX_UPLOAD_BYTES
+        server_name="127.0.0.1",
+        server_port=port,
+        prevent_thread_lock=True,
+        quiet=True,
+        max_file_size=MAX_UPLOAD_BYTES,
+        css=CSS,  # as app.py serves it: the layouts under test are in the style sheet
     )
     yield f"http://127.0.0.1:{port}/"
     demo.close()

@@ -113,8 +113,8 @@ def test_press_run_and_watch_the_race(server, browser):
 
 
 def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser):
-    """At a projector's 1280 x 720 the presets sit above the fold; one press fills the controls, says what
-    to watch and races."""
+    """At a projector's 1280 x 720 the page opens in the projector layout with the presets above the fold,
+    and without it Run is there too; one press fills the controls, says what to watch and races."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
@@ -123,9 +123,18 @@ def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser)
     browser.get(server)
     button = WebDriverWait(browser, 60).until(expected_conditions.element_to_be_clickable((By.ID, "preset-stall")))
     height = browser.execute_script("return window.innerHeight")
-    for element in (button, browser.find_element(By.ID, "run-button")):
+
+    def on_first_screen(element) -> bool:
         bottom = browser.execute_script("return arguments[0].getBoundingClientRect().bottom", element)
-        assert bottom <= height, "presets and Run must show without scrolling at 1280 x 720"
+        return element.is_displayed() and 0 < bottom <= height
+
+    run = browser.find_element(By.ID, "run-button")
+    projector = browser.find_element(By.CSS_SELECTOR, "#projector input")
+    WebDriverWait(browser, 10).until(lambda driver: projector.is_selected())  # a small screen: projector layout
+    assert on_first_screen(button) and not run.is_displayed()
+    projector.click()  # the side panel back: Run shows on the first screen too
+    WebDriverWait(browser, 10).until(lambda driver: run.is_displayed())
+    assert on_first_screen(button) and on_first_screen(run), "presets and Run must show without scrolling"
     button.click()
     pressed = time.perf_counter()
     # the summary shows when the images are complete; Inspect takes the runs once they are timed again
@@ -232,3 +241,44 @@ def test_the_zipar_preset_races_its_rows_in_flight_on_the_picture(server, browse
     browser.find_element(By.XPATH, "//button[normalize-space()='Stop']").click()
     assert pixels > 100, f"the race should outline the cells each pass drew together ({pixels} px)"
     assert re.search(r"pass \d+: 2 tokens drawn together, rows \d+, \d+", caption), caption  # the live caption
+
+
+FIRST_SCREEN = """return ['method-image', 'ar-image', 'race-bars', 'method-counter']
+  .map(id => document.getElementById(id))
+  .concat([document.querySelector('#race-summary h3')])
+  .map(element => element ? Math.round(element.getBoundingClientRect().bottom) : null);"""
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["normal type", "large type"])
+def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_race(server, browser, large):
+    """At 1280 x 720 the page opens in the projector layout: the side panel is hidden, and the two pictures,
+    the caption under the method's, the bars and the verdict are on the first screen during the race and
+    after it, in normal and in large type."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.set_window_size(1280, 720)
+    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    browser.set_window_size(2560 - inner[0], 1440 - inner[1])  # the page itself 1280 x 720
+    browser.get(server)
+    button = WebDriverWait(browser, 60).until(expected_conditions.element_to_be_clickable((By.ID, "preset-zipar")))
+    projector = "return document.body.classList.contains('specviz-projector')"
+    WebDriverWait(browser, 10).until(lambda driver: driver.execute_script(projector))
+    assert not browser.find_element(By.ID, "side-panel").is_displayed()
+    if large:
+        browser.execute_script("document.body.classList.add('specviz-large')")
+    height = browser.execute_script("return window.innerHeight")
+    button.click()
+    pressed = time.perf_counter()
+    during = None
+    while time.perf_counter() - pressed < 120 and not _timed(_text(browser, "race-summary")):
+        if during is None and "pass " in _text(browser, "method-counter"):
+            during = browser.execute_script(FIRST_SCREEN)[:4]  # the verdict comes at the end
+        time.sleep(0.05)
+    after = browser.execute_script(FIRST_SCREEN)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS / f"projector-{'large' if large else 'normal'}.png"))
+    print(f"1280 x 720, {'large' if large else 'normal'} type: bottoms during {during}, after {after}")
+    assert during is not None and all(0 < bottom <= height for bottom in during), during
+    assert all(bottom is not None and 0 < bottom <= height for bottom in after), after

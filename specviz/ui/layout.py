@@ -32,11 +32,34 @@ CSS = """
 .race-bar-value { font-variant-numeric: tabular-nums; }
 /* a picture's label badge sits over its top-left corner: keep the first row of tokens clear of it */
 .picture img { padding-top: calc(var(--block-label-text-size) * 2.4); box-sizing: border-box; }
+#projector { min-width: 10em; align-self: center; }
+/* the projector layout: one 1280 x 720 screen holds the pictures, the bars, the caption and the verdict */
+body.specviz-projector #specviz-header, body.specviz-projector #side-panel,
+body.specviz-projector #race-map-column, body.specviz-projector #presets-title { display: none; }
+body.specviz-projector #presets button { min-height: 0; padding: 4px 8px; }
+body.specviz-projector #method-image, body.specviz-projector #ar-image { height: 250px !important; }
+body.specviz-projector.specviz-large #method-image, body.specviz-projector.specviz-large #ar-image {
+  height: 200px !important;
+}
+body.specviz-projector #race-speed { padding: 0; }
+body.specviz-projector #race-summary h3 { margin: 0.2em 0; }
+body.specviz-projector #race-summary p { font-size: var(--text-sm); margin: 0; }
+/* passes and seconds side by side: the bars take half the height */
+body.specviz-projector .race-bars {
+  gap: 0 2em; grid-template-columns: 1fr 1fr; grid-template-rows: repeat(3, auto); grid-auto-flow: column;
+}
 """
 # Gradio's cache (pictures, uploads, exports): every 15 minutes, files older than an hour are removed
 CACHE_SWEEP = (900, 3600)
 TOGGLE_LARGE = "(large) => { document.body.classList.toggle('specviz-large', large); }"
 TOGGLE_DARK = "(dark) => { document.body.classList.toggle('dark', dark); }"
+TOGGLE_PROJECTOR = "(on) => { document.body.classList.toggle('specviz-projector', on); }"
+# a screen smaller than about 1400 x 800 (a projector) opens in the projector layout
+PROJECTOR_ON_SMALL_SCREENS = """() => {
+  if (window.innerWidth >= 1400 && window.innerHeight >= 800) return;
+  const box = document.querySelector('#projector input');
+  if (box && !box.checked) box.click();
+}"""
 # a plot drawn while its tab was hidden takes Plotly's default 700 px width, clipped in a narrower column:
 # showing a tab tells Plotly to fit its plots to their boxes again
 FIT_PLOTS_ON_TAB = """() => {
@@ -71,8 +94,9 @@ def build() -> gr.Blocks:
             preset_buttons = {
                 p.key: gr.Button(p.label, size="sm", min_width=100, elem_id=f"preset-{p.key}") for p in presets
             }
+            projector = gr.Checkbox(False, label="Projector layout", elem_id="projector", container=False, scale=0)
         with gr.Row():
-            with gr.Column(scale=1, min_width=300):
+            with gr.Column(scale=1, min_width=300, elem_id="side-panel"):
                 side = controls.build()
             with gr.Column(scale=3):
                 race_tab = race.build()
@@ -116,6 +140,8 @@ def build() -> gr.Blocks:
         demo.load(None, None, None, js=FIT_PLOTS_ON_TAB)
         side.large.change(None, side.large, None, js=TOGGLE_LARGE)
         side.dark.change(None, side.dark, None, js=TOGGLE_DARK)
+        projector.change(None, projector, None, js=TOGGLE_PROJECTOR)
+        demo.load(None, None, None, js=PROJECTOR_ON_SMALL_SCREENS)
     # runs wait in one queue, one at a time per event, 32 waiting at most; the REST routes that would skip
     # the queue are closed even where Gradio opens them (off a Space)
     demo.queue(default_concurrency_limit=1, max_size=32, api_open=False)

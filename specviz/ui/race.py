@@ -183,11 +183,13 @@ def build() -> RaceTab:
                 )
                 method_counter = gr.Markdown(elem_id="method-counter")
             with gr.Column():
-                ar_image = gr.Image(label="Vanilla AR", height=DISPLAY_SIZE, format="png", elem_classes=["picture"])
+                ar_image = gr.Image(
+                    label="Vanilla AR", height=DISPLAY_SIZE, format="png", elem_id="ar-image", elem_classes=["picture"]
+                )
                 ar_counter = gr.Markdown(elem_id="ar-counter")
         with gr.Row(equal_height=False):
             bars = gr.HTML(elem_id="race-bars")
-            with gr.Column(scale=0, min_width=220):
+            with gr.Column(scale=0, min_width=220, elem_id="race-map-column"):
                 # no label on the picture: Gradio lays it over the image's top rows, the first to fill in
                 progress = gr.Image(height=200, format="png", show_label=False, elem_id="race-map")
                 progress_title = gr.Markdown(elem_id="race-map-title")
