@@ -21,7 +21,20 @@ def test_the_sentence_divides_step_compression_by_the_window_pass_ratio():
     text = cost_sentence(costs, step_compression=2.9)
     assert "a 17-token pass costs 3.0x a one-token pass" in text and "about 0.97x in latency" in text
     figure = pass_cost_figure(costs)
-    assert [trace.name for trace in figure.data][-1] == "measured here"
+    assert [trace.name for trace in figure.data][-1].startswith("measured here")
+
+
+def test_the_sentence_gives_the_range_its_repeats_allow_and_says_when_they_were_disturbed():
+    """One noisy number is not stated as fact: the repeats' range goes with the median, and timings that
+    cannot be right (a longer pass cheaper, repeats far apart) are called disturbed."""
+    quiet = [PassCost(1, 10.0, 1.0, 9.5, 10.5), PassCost(17, 40.0, 4.0, 38.0, 42.0)]
+    text = cost_sentence(quiet, step_compression=8.0)
+    assert "4.0x a one-token pass (40.0 ms against 10.0 ms, medians, from 3.6x to 4.4x across the repeats)" in text
+    assert "about 2.00x in latency (1.81x to 2.21x across the repeats)" in text and "disturbed" not in text
+    busy = [PassCost(1, 10.0, 1.0, 5.0, 30.0), PassCost(17, 40.0, 4.0, 38.0, 42.0)]
+    assert "These timings were disturbed (the 1-token pass's repeats ranged from 5.00 to 30.00 ms)" in (
+        cost_sentence(busy)
+    )
 
 
 def test_the_command_prints_a_table(capsys):

@@ -32,6 +32,17 @@ class PassCost:
     low_ms: float = math.nan  # the fastest and the slowest repeat
     high_ms: float = math.nan
 
+    @property
+    def ranged(self) -> bool:
+        return not math.isnan(self.low_ms + self.high_ms)
+
+    def ratio_range(self, one: PassCost) -> tuple[float, float]:
+        """The lowest and highest ratio the repeats allow against the one-token pass's repeats (the
+        median ratio where either kept no range)."""
+        if not (self.ranged and one.ranged):
+            return self.ratio, self.ratio
+        return self.low_ms / one.high_ms, self.high_ms / one.low_ms
+
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -78,19 +89,28 @@ def pass_costs(
 
 
 def cost_sentence(costs: list[PassCost], step_compression: float | None = None, window: int = 17) -> str:
-    """What the costs mean for a speedup: the window-sized pass's ratio, and the latency speedup a given
-    step compression can give at that ratio."""
-    at = min(costs, key=lambda cost: abs(cost.tokens - window))
+    """What the costs mean for a speedup: the window-sized pass's ratio (the median of its repeats, with
+    the range its repeats allow against the one-token pass's), the latency speedup a given step compression
+    can give at that ratio, and, where the timings cannot be right (`doubts`), that they were disturbed."""
+    at, one = min(costs, key=lambda cost: abs(cost.tokens - window)), costs[0]
+    low, high = at.ratio_range(one)
+    spread = f", from {low:.1f}x to {high:.1f}x across the repeats" if at.ranged and one.ranged else ""
     text = (
         f"Here a {at.tokens}-token pass costs {at.ratio:.1f}x a one-token pass ({at.ms:.1f} ms against "
-        f"{costs[0].ms:.1f} ms)"
+        f"{one.ms:.1f} ms, medians{spread})"
     )
     if step_compression:
         text += (
             f", so a step compression of {step_compression:.2f}x can give at most about "
             f"{step_compression / at.ratio:.2f}x in latency"
         )
-    return text + "; on a GPU the ratio stays near 1 while a pass is memory-bound."
+        if spread:
+            text += f" ({step_compression / high:.2f}x to {step_compression / low:.2f}x across the repeats)"
+    text += "; on a GPU the ratio stays near 1 while a pass is memory-bound."
+    disturbed = doubts(costs)
+    if disturbed:
+        text += f" These timings were disturbed ({'; '.join(disturbed)}): measure again on a quiet machine."
+    return text
 
 
 def doubts(costs: list[PassCost]) -> list[str]:

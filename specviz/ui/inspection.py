@@ -104,10 +104,16 @@ def step_by(offset: int, runs: dict, j: float) -> int | dict:
     return max(0, min(int(j) + offset, len(runs["trace"].iterations) - 1))
 
 
+NOTHING_TO_INSPECT = (
+    "Nothing to inspect yet: press Run or a preset, or upload a trace under *Replay and export*; its passes show "
+    "here one by one."
+)
+
+
 def describe_iteration(runs: dict, j: float) -> str:
-    """The sentence under the slider: what iteration j did."""
+    """The sentence under the slider: what iteration j did; before any run, where one comes from."""
     if not runs:
-        return ""
+        return NOTHING_TO_INSPECT
     trace = runs["trace"]
     return viz.iteration_sentence(trace, max(0, min(int(j), len(trace.iterations) - 1)))
 
@@ -262,7 +268,7 @@ def build() -> tuple[InspectTab, dict]:
                     ("stall", "Next stall \u25b6"),
                 )
             }
-        iteration_note = gr.Markdown(elem_id="iteration-note")  # one sentence: what this pass did
+        iteration_note = gr.Markdown(NOTHING_TO_INSPECT, elem_id="iteration-note")  # what this pass did
         with gr.Row():
             window_plot = gr.Plot(label=ITERATION_LABELS[False])
             iteration_image = gr.Image(

@@ -510,15 +510,18 @@ def pass_cost_figure(costs: list, dark: bool = False, large: bool = False) -> go
     """The cost of a pass over n tokens against a one-token pass (`specviz.decoding.cost.PassCost`
     rows), between the two limits: flat (a memory-bound GPU pass) and n (compute-bound)."""
     sizes = [cost.tokens for cost in costs]
+    ranges = [(cost.ratio, *cost.ratio_range(costs[0])) for cost in costs]  # the repeats' range of each ratio
     fig = go.Figure(
         [
             go.Scatter(x=sizes, y=sizes, name="costs n times one (compute-bound)", mode="lines",
                        line={"dash": "dot", "color": colors(dark)["committed"]}),
             go.Scatter(x=sizes, y=[1.0] * len(sizes), name="costs one pass (memory-bound, a GPU)", mode="lines",
                        line={"dash": "dash", "color": OKABE_ITO["bluish_green"]}),
-            go.Scatter(x=sizes, y=[cost.ratio for cost in costs], name="measured here", mode="lines+markers+text",
-                       text=[f"{cost.ratio:.1f}x" for cost in costs], textposition="top left",
-                       line={"color": OKABE_ITO["orange"], "width": 3}),
+            go.Scatter(x=sizes, y=[cost.ratio for cost in costs], name="measured here (median, repeats' range)",
+                       mode="lines+markers+text", text=[f"{cost.ratio:.1f}x" for cost in costs],
+                       textposition="top left", line={"color": OKABE_ITO["orange"], "width": 3},
+                       error_y={"type": "data", "symmetric": False, "array": [high - r for r, _, high in ranges],
+                                "arrayminus": [r - low for r, low, _ in ranges]}),
         ]
     )  # fmt: skip
     fig.update_layout(legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
