@@ -282,3 +282,33 @@ def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_ra
     print(f"1280 x 720, {'large' if large else 'normal'} type: bottoms during {during}, after {after}")
     assert during is not None and all(0 < bottom <= height for bottom in during), during
     assert all(bottom is not None and 0 < bottom <= height for bottom in after), after
+
+
+@pytest.mark.parametrize("method", ["sjd-pac", "lantern++"])
+def test_the_newest_tree_methods_race_their_trees_on_the_picture(server, browser, method):
+    """SJD-PAC and LANTERN++ on the method's picture: in slow motion each pass outlines the positions its
+    tree drafted, in their fates' colours (accepted green, refused vermillion)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server)
+    choice = WebDriverWait(browser, 60).until(
+        expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, "#method-choice input"))
+    )
+    choice.click()
+    browser.find_element(By.XPATH, f"//ul[@role='listbox']//li[contains(., '{method} (')]").click()
+    browser.find_element(By.XPATH, "//*[@id='race-speed']//label[contains(., 'slow motion')]").click()
+    browser.find_element(By.ID, "run-button").click()
+    pressed = time.perf_counter()
+    fates = [ImageColor.getrgb(colors()[fate]) for fate in ("accepted", "rejected")]
+    pixels = 0
+    while time.perf_counter() - pressed < 90 and pixels < 200:
+        counter = re.search(r"NFE (\d+)", _text(browser, "method-counter"))
+        if counter and int(counter.group(1)) > 2:
+            pixels = max(pixels, browser.execute_script(OUTLINE_PIXELS, fates))
+        time.sleep(0.1)
+    caption = _text(browser, "method-counter")
+    browser.find_element(By.XPATH, "//button[normalize-space()='Stop']").click()
+    assert method in caption and re.search(r"pass \d+: \d+ drafts in a tree", caption), caption
+    assert pixels >= 200, f"the race should outline {method}'s drafted positions ({pixels} px)"

@@ -332,7 +332,9 @@ def build() -> Controls:
     first = default_method(method_names)
     defaults = get_entry(opened).sampling()  # read from the registry, without loading weights
     model = gr.Dropdown(model_choices(), value=opened, label="Model")
-    method = gr.Dropdown([(method_label(n), n) for n in method_names], value=first, label="Method")
+    method = gr.Dropdown(
+        [(method_label(n), n) for n in method_names], value=first, label="Method", elem_id="method-choice"
+    )
     lossy_note = gr.Markdown(visible=False, elem_classes="lossy-note")
     # the prompt limit in the browser too; the server refuses a longer one from any client (CheckedBlocks)
     prompt = gr.Textbox(value="red apple", label="Prompt", max_lines=2, max_length=MAX_PROMPT_CHARS)
