@@ -60,6 +60,10 @@ def test_tree_and_continuous_passes_have_their_own_sentences(eagle2_trace, tiny)
     told = [iteration_sentence(trace, k) for k in range(len(trace.iterations))]
     assert "The target drew this token alone" in told[0]
     assert any("was rejected (density ratio" in line and "discarded" in line for line in told)
+    rejecting = next(it for it in trace.iterations if "rejected" in it.fate)  # as if its resampling hit the cap
+    capped = rejecting.model_copy(update={"source": [*rejecting.source[:-1], "capped"], "tries": 1000})
+    assert "resampling gave up after 1000 tries" in SENTENCES["continuous"](capped)
+    assert "kept the target's last draw, a small departure from exactness" in SENTENCES["continuous"](capped)
     assert all(line.startswith("Iteration ") for line in told)
 
 

@@ -22,7 +22,7 @@ SOURCES = {
     "alone": ("drawn by the target alone (AR, pre-filled)", "committed"),
     "draft": ("draft accepted", "accepted"),
     "resampled": ("draft rejected, resampled", "rejected"),
-    "capped": ("resampling hit its cap: a plain target draw", OKABE_ITO["yellow"]),
+    "capped": ("resampling gave up after its cap of tries: the target's own draw kept", OKABE_ITO["yellow"]),
     "target": ("drawn by the target after a fully accepted draft", "new"),
     "pending": ("not generated yet", "pending"),
     "unverified": ("drawn by the draft model alone, never verified", OKABE_ITO["reddish_purple"]),

@@ -98,7 +98,9 @@ def _continuous_sentence(it: ContinuousRecord) -> str:
     if accepted == gamma:
         return f"{head}: all; the target drew the next token itself."
     drawn = (
-        f"the cap of proposals was reached after {it.tries}, and a plain target draw was kept"
+        f"resampling gave up after {it.tries} tries (each a target draw refused for the part of the target's "
+        "distribution the draft left uncovered) and kept the target's last draw, a small departure from exactness "
+        "at this token"
         if it.source[-1] == "capped"
         else f"its position was resampled ({it.tries} proposal{'s' if it.tries != 1 else ''} tried)"
     )
