@@ -59,6 +59,9 @@ def opening_iteration(trace: Trace) -> int:
     """The iteration a viewer should see first, rather than iteration 0 (an empty grid, no drafts).
 
     Tree runs: the first tree pass with the longest accepted path, the deepest the trees reached.
+    Continuous runs: the first pass that accepted the most drafts, else the first that tested any (its
+    ratios and uniforms at work; the first to accept and reject comes a few tokens into the image, a nearly
+    blank picture).
     Window runs: the first pass that both accepted and rejected a draft (the rule at work); where none
     did, the first with the most kinds of draft fate (the most of the legend at once).
     """
@@ -67,6 +70,8 @@ def opening_iteration(trace: Trace) -> int:
     its = trace.iterations
     if has_trees(trace):
         return max(range(len(its)), key=lambda j: (its[j].kind == "tree", its[j].accepted, -j))
+    if trace.continuous:
+        return max(range(len(its)), key=lambda j: (its[j].fate.count("accepted"), bool(its[j].fate), -j))
     for j, it in enumerate(its):
         if {"accepted", "rejected"} <= set(it.outcome()):
             return j
@@ -106,6 +111,44 @@ def tokens_through(trace: Trace, j: int) -> list[int] | list[list[float]]:
     their vectors)."""
     iteration_at(trace, j)
     return (trace.vectors or trace.tokens)[: committed_before(trace, j + 1)]
+
+
+def passes_through(trace: Trace, j: int) -> int:
+    """The model passes a run had made once iteration j ran, as its race counted them (the prefill's
+    included; a draft run alone: the draft's). Every iteration is one pass of the model that drew it."""
+    iteration_at(trace, j)
+    later = len(trace.iterations) - (j + 1)
+    if only_the_draft_drew(trace.iterations):
+        return (trace.draft_nfe or 0) - later
+    return trace.nfe - later
+
+
+def clock_through(trace: Trace) -> np.ndarray:
+    """Seconds a run had spent once each iteration ran, from its record (the prefill and each pass's
+    timed parts), scaled so that the last is the run's reported seconds (the median of its undisturbed
+    repeats where it was timed again): the pace at which a recorded race is played again."""
+    parts = [it.forward_ms + it.draft_ms + it.verify_ms + it.record_ms for it in trace.iterations]
+    recorded = (trace.prefill_ms + np.cumsum(parts)) / 1000
+    if not len(recorded) or recorded[-1] <= 0:
+        return recorded
+    return recorded * (trace.seconds / recorded[-1])
+
+
+def trace_through(trace: Trace, j: int) -> Trace:
+    """The run as it stood once iteration j ran: its first iterations, the tokens they fixed, its passes
+    and seconds so far; what the race showed at that moment, for playing a recorded run again."""
+    fixed = committed_before(trace, j + 1)
+    passes = "draft_nfe" if draft_alone(trace) else "nfe"
+    return trace.model_copy(
+        update={
+            "iterations": trace.iterations[: j + 1],
+            "tokens": trace.tokens[:fixed],
+            "vectors": None if trace.vectors is None else trace.vectors[:fixed],
+            passes: passes_through(trace, j),
+            "seconds": float(clock_through(trace)[j]),
+            "timings": None,
+        }
+    )
 
 
 def cell_of_position(trace: Trace) -> np.ndarray:

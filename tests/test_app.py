@@ -3,6 +3,7 @@
 import json
 import re
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +76,7 @@ def _expected_image(tiny, method, prompt, seed) -> np.ndarray:
 
 def test_a_race_shows_both_images_and_the_summary(server, tiny):
     client = Client(server, verbose=False)
-    method_image, method_counter, ar_image, ar_counter, summary, iteration, _, _, race_map, map_title = _race(client)
+    method_image, method_counter, ar_image, ar_counter, summary, iteration, _, _, race_map, map_title, _ = _race(client)
     assert "step compression" in summary and re.search("speedup over AR|slower than AR|about the same", summary)
     assert "the median of 2 runs of each with nothing drawing" in summary  # on a CPU: re-timed undisturbed
     assert re.search(r"\((from )?\d\.\d\d.*x.* over 2 timings\)", summary.splitlines()[0])  # with its spread
@@ -95,7 +96,7 @@ def test_a_race_on_the_continuous_pair(server, monkeypatch):
     client = Client(server, verbose=False)
     # choosing the model gives the method list of its kind of tokens, as the browser does
     client.predict("tiny-continuous", api_name="/methods_of")
-    method_image, method_counter, ar_image, ar_counter, summary, _, _, _, race_map, map_title = _race(
+    method_image, method_counter, ar_image, ar_counter, summary, _, _, _, race_map, map_title, _ = _race(
         client, model="tiny-continuous", method="cspd", gamma=8
     )
     assert "256/256 tokens" in method_counter and "NFE 256" in ar_counter
@@ -321,13 +322,14 @@ def test_compare_is_timed_as_the_race_is_and_states_its_settings(server, monkeyp
     method's parameters and the speedup's spread."""
     import specviz.decoding.race as race
 
-    first_run = race.repeat
+    first_run = race.repeat_passes
 
     def marked(model, trace):  # the re-timed run, its clock marked so the table shows where it came from
-        again = first_run(model, trace)
-        return again.model_copy(update={"seconds": again.seconds + 1000.0})
+        *passes, again = first_run(model, trace)
+        yield from passes
+        yield again.model_copy(update={"seconds": again.seconds + 1000.0})
 
-    monkeypatch.setattr(race, "repeat", marked)
+    monkeypatch.setattr(race, "repeat_passes", marked)
     client = Client(server, verbose=False)
     values = RACE[:1] + RACE[2:]  # model, prompt, seed, controls, sampling (no method)
     table, _, note = client.predict(*values, False, False, ["sjd"], api_name="/compare")
@@ -340,12 +342,33 @@ def test_compare_is_timed_as_the_race_is_and_states_its_settings(server, monkeyp
     assert float(re.search(r"([\d.]+) s$", ar_counter).group(1)) > 1000  # the race's AR: the same re-timing
 
 
+def test_inspect_has_the_runs_while_their_clocks_are_timed_and_a_step_does_not_wait(server):
+    """The race hands its runs to Inspect as soon as both images are complete; the re-timing that follows
+    gives way after every pass, so an Inspect step answers before the timing ends, and the round it drew
+    during is timed again and said so."""
+    client = Client(server, verbose=False, download_files=False)
+    job = client.submit(*RACE, "live", api_name="/race")
+    while not any("being timed" in str(frame[4]) for frame in job.outputs()):
+        assert not job.done(), "the race ended without handing its runs over first"
+        time.sleep(0.05)
+    while not any("1 of 2 done" in str(frame[4]) for frame in job.outputs()):  # then step in the second round
+        time.sleep(0.05)
+    started = time.perf_counter()
+    window, image, _ = client.predict(5, False, False, api_name="/at_iteration")
+    seconds = time.perf_counter() - started
+    print(f"Inspect step during the re-timing: {seconds:.2f} s")
+    assert not job.done() and _figure(window)["data"] and image is not None  # answered while timing went on
+    job.result()
+    summary = [frame[4] for frame in job.outputs() if isinstance(frame[4], str)][-1]
+    assert "timed once more: Inspect or an export drew during it" in summary and "being timed" not in summary
+
+
 def test_a_new_race_clears_the_last_summary_and_downloads(server):
     client = Client(server, verbose=False, download_files=False)  # every frame's images stay on the server
     job = client.submit(*RACE, "live", api_name="/race")
     job.result()
     first = job.outputs()[0]
-    method_image, method_counter, ar_image, ar_counter, summary, _, downloads, _, race_map, map_title = first
+    method_image, method_counter, ar_image, ar_counter, summary, _, downloads, _, race_map, map_title, _ = first
     assert summary.startswith("*Racing sjd against AR") and downloads is None
     assert (method_image, method_counter, ar_image, ar_counter, race_map, map_title) == (None, "", None, "", None, "")
 
@@ -377,7 +400,7 @@ def test_replay_restores_the_controls_and_opens_at_an_instructive_iteration(serv
     path = tmp_path / "trace.json"
     trace.save(path)
     client = Client(server, verbose=False)
-    status, iteration, downloads, model, method, *rest = client.predict(
+    status, iteration, _loaded, downloads, model, method, *rest = client.predict(
         [handle_file(str(path))], False, False, api_name="/replay"
     )
     controls = dict(zip(PARAMETERS, rest, strict=False))

@@ -205,7 +205,9 @@ def test_replay_of_a_race_restores_the_controls_and_its_ar_run(server, browser, 
     browser.get(server)
     WebDriverWait(browser, 60).until(lambda driver: driver.find_elements(By.ID, "run-button"))
     browser.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Replay and export')]").click()
-    upload = WebDriverWait(browser, 30).until(lambda driver: driver.find_element(By.CSS_SELECTOR, "input[type=file]"))
+    upload = WebDriverWait(browser, 30).until(
+        lambda driver: driver.find_element(By.CSS_SELECTOR, "#trace-upload input[type=file]")
+    )
     upload.send_keys(f"{tmp_path / 'trace.json'}\n{tmp_path / 'ar-trace.json'}")
     loaded = time.perf_counter()
     while time.perf_counter() - loaded < 60 and "with the AR run it raced" not in browser.page_source:
@@ -222,6 +224,20 @@ def test_replay_of_a_race_restores_the_controls_and_its_ar_run(server, browser, 
     while time.perf_counter() - shown < 60 and "scd-mc vs ar" not in browser.page_source:
         time.sleep(0.1)
     assert "scd-mc vs ar" in browser.page_source  # the NFE and latency panel has its AR run back
+    # the Race tab shows the uploaded race, and Play again races it from the traces, nothing computed
+    browser.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Race')]").click()
+    summary = _text(browser, "race-summary")
+    assert f"scd-mc: {256 / trace.nfe:.2f}x step compression" in summary and "Played again" in summary
+    assert f"NFE {trace.nfe} · 256/256" in _text(browser, "method-counter")
+    browser.find_element(By.ID, "play-again").click()
+    pressed, counts = time.perf_counter(), set()
+    while time.perf_counter() - pressed < 60 and ("Played again" not in _text(browser, "race-summary") or not counts):
+        found = re.search(r"(\d+)/256 tokens", _text(browser, "ar-counter"))
+        counts |= {int(found.group(1))} if found and "Playing" in _text(browser, "race-summary") else set()
+        time.sleep(0.05)
+    played = time.perf_counter() - pressed
+    print(f"played again in {played:.2f} s (recorded: {trace.seconds + ar.seconds:.2f} s); AR at {sorted(counts)}")
+    assert len([n for n in counts if n < 256]) >= 2 and "Played again" in _text(browser, "race-summary")
 
 
 def test_the_zipar_preset_races_its_rows_in_flight_on_the_picture(server, browser):

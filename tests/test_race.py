@@ -9,6 +9,7 @@ import specviz.decoding.race as race
 from specviz.cli import main
 from specviz.decoding import run
 from specviz.inputs import InputError
+from specviz.models.settings import SettingsError
 from specviz.metrics import Speedup, timed_speedup
 from specviz.trace import Trace, TraceError
 from specviz.viz.narration import spread_text
@@ -38,9 +39,9 @@ def test_timing_again_reports_each_round_and_refuses_a_run_that_changed(tiny, mo
     assert timed.tokens == trace.tokens and trace.timings is None  # the original is left as it was
 
     def other_tokens(model, t):  # a repeat that does not reproduce its run times another computation
-        return t.model_copy(update={"tokens": [0] * len(t.tokens)})
+        yield t.model_copy(update={"tokens": [0] * len(t.tokens)})
 
-    monkeypatch.setattr(race, "repeat", other_tokens)
+    monkeypatch.setattr(race, "repeat_passes", other_tokens)
     (abandoned,) = race.retimed(tiny, [trace], repeats=3)
     assert abandoned.abandoned and abandoned.done == 0 and abandoned.traces == [trace]
 
@@ -48,6 +49,24 @@ def test_timing_again_reports_each_round_and_refuses_a_run_that_changed(tiny, mo
 def test_timing_stops_after_two_rounds_once_its_budget_is_spent(tiny):
     trace = run(tiny, "ar", "sun", 0)
     assert len(list(race.retimed(tiny, [trace], repeats=5, budget=0.0))) == 2  # a spread needs two
+
+
+def test_timing_gives_way_after_every_pass_and_times_a_disturbed_round_again(tiny):
+    """With a count of the viewers' drawing, the repeats yield after every pass (the app's Inspect may then
+    use the compute thread) and a round during which the count moved is not kept: it is timed again."""
+    trace = run(tiny, "sjd", "sun", 0, params={"window": 32})
+    drawn = [0]
+    items = []
+    for item in race.retimed(tiny, [trace], repeats=2, interruptions=lambda: drawn[0]):
+        items.append(item)
+        if len(items) == 3:  # a viewer steps Inspect during the first round
+            drawn[0] += 1
+    rounds = [item for item in items if item is not None]
+    assert items.count(None) == 3 * len(trace.iterations)  # a pause after every pass of three repeats
+    assert [r.done for r in rounds] == [1, 2] and [r.disturbed for r in rounds] == [1, 1]
+    assert len(rounds[-1].traces[0].timings) == 2  # the disturbed round's clock is not among them
+    never_quiet = race.retimed(tiny, [trace], repeats=2, budget=0.0, interruptions=lambda: drawn[0])
+    assert list(never_quiet) == []  # no time left and no quiet round: nothing timed, the race's clocks stay
 
 
 @pytest.mark.parametrize("value, ok", [("2", True), ("20", True), ("0", False), ("x", False), ("21", False)])
@@ -129,3 +148,29 @@ def test_the_race_bars_grow_on_fixed_scales():
     assert widths == [17.2, 50.0, 50.0, 100.0]  # sjd 44 of 256 passes, AR half; sjd half of AR's seconds
     assert "model passes (NFE)" in bars and "0.50 s" in bars
     assert "&lt;b&gt;" in race_bars([("<b>", 1, 0.0), ("ar", 1, 0.0)], total=4)
+
+
+@pytest.mark.parametrize("method", ["sjd", "eagle2"])
+def test_a_recorded_run_played_again_passes_through_its_states_at_its_pace(tiny, method):
+    """Play again rebuilds each moment of a race from the trace alone: after iteration j the tokens fixed so
+    far, the passes made (one per iteration, the prefill's included) and the seconds spent, the last of which
+    are the run's reported seconds; the frames end on the whole run's final state."""
+    from specviz import metrics
+    from specviz.ui.race import play_frames
+
+    trace = run(tiny, method, "sun", 1)
+    ar = run(tiny, "ar", "sun", 1)
+    clock = metrics.clock_through(trace)
+    assert all(later >= earlier for earlier, later in zip(clock, clock[1:], strict=False))
+    assert clock[-1] == pytest.approx(trace.seconds)
+    for j in (0, len(trace.iterations) // 2, len(trace.iterations) - 1):
+        moment = metrics.trace_through(trace, j)
+        assert moment.tokens == metrics.tokens_through(trace, j) and len(moment.iterations) == j + 1
+        assert moment.seconds == pytest.approx(clock[j])
+    assert metrics.passes_through(trace, len(trace.iterations) - 1) == trace.nfe
+    assert metrics.passes_through(ar, 0) == 1
+    *_, last = play_frames({"trace": trace, "ar": ar}, slow=False, animate=False)
+    assert f"NFE {trace.nfe} · 256/256" in last["method_counter"] and f"NFE {ar.nfe} · 256/256" in last["ar_counter"]
+    assert last["summary"].startswith(f"### {method}:") and "Played again" in last["summary"]
+    with pytest.raises(SettingsError, match="Nothing to play yet"):
+        next(play_frames({}, slow=False))

@@ -300,6 +300,8 @@ def test_race_figure(trace, ar):
     assert {a.font.size for a in large.layout.annotations} == {large.layout.font.size}
     assert large.layout.font.size > fig.layout.font.size
     assert {bar.constraintext for bar in large.data} == {"none"}
+    # large type: panel titles short enough not to run into each other, the legend below both panels
+    assert [a.text for a in large.layout.annotations] == ["passes (NFE)", "seconds"] and large.layout.legend.y < 0
 
 
 def test_comparison_figure():
@@ -311,6 +313,10 @@ def test_comparison_figure():
     assert list(compression.x) == ["sjd", "gsd (lossy)"]
     assert list(compression.y) == [2.0, 3.0] and list(speedup.y) == [1.5, 2.5]
     assert list(speedup.marker.pattern.shape) == ["", "/"]
+    fig = comparison_figure(rows, large=True)
+    (label,) = [a for a in fig.layout.annotations if a.text == "AR = 1x"]
+    assert (label.xref, label.x, label.xanchor) == ("paper", 1, "left")  # beyond the bars, on no bar
+    assert fig.layout.yaxis.range[1] >= 1.2 * 3.0  # room above the tallest bar for its label
 
 
 def test_frame_colours_and_size(trace):

@@ -14,12 +14,12 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from specviz.decoding.params import Parameters
-from specviz.decoding.runner import RunStream, run
+from specviz.decoding.runner import RunStream
 from specviz.inputs import InputError
 from specviz.models.protocol import ImageModel
 from specviz.models.settings import SamplingSettings
@@ -97,43 +97,70 @@ def needs_retiming(model: ImageModel) -> bool:
     return model.device.type == "cpu"
 
 
-def repeat(model: ImageModel, trace: Trace) -> Trace:
-    """The same run (model, method, prompt, seed, settings) once more; it reproduces the tokens."""
+def repeat_passes(model: ImageModel, trace: Trace) -> Iterator[Trace | None]:
+    """The same run (model, method, prompt, seed, settings) once more, one item per pass: None after each
+    pass, the new trace last. It reproduces the tokens; its clock counts only its own passes."""
     sampling = SamplingSettings(**trace.sampling.model_dump())
-    return run(model, trace.method, trace.prompt, trace.seed, sampling, trace.params)
+    stream = RunStream(model, trace.method, trace.prompt, trace.seed, sampling, trace.params)
+    while stream.step() is not None:
+        yield None
+    yield stream.trace()
 
 
 @dataclass(frozen=True)
 class TimingRound:
     """The runs after a round of undisturbed repeats: each with its clocks so far (`seconds` their median,
     `timings` every repeat). `abandoned`: a repeat drew other tokens, so its clock would time another
-    computation; the runs are then as the last round that reproduced them left them, and no round follows."""
+    computation; the runs are then as the last round that reproduced them left them, and no round follows.
+    `disturbed`: rounds timed again because other work ran during them."""
 
     traces: list[Trace]
     done: int  # rounds that reproduced every run
     abandoned: bool = False
+    disturbed: int = 0
 
 
 def retimed(
-    model: ImageModel, traces: list[Trace], repeats: int = TIMINGS, budget: float = math.inf
-) -> Iterator[TimingRound]:
+    model: ImageModel,
+    traces: list[Trace],
+    repeats: int = TIMINGS,
+    budget: float = math.inf,
+    interruptions: Callable[[], int] | None = None,
+) -> Iterator[TimingRound | None]:
     """Repeat every run `repeats` times in turns (all runs once, then all again), yielding the runs with
     their clocks after each round. Rounds stop early once they have taken `budget` seconds and two are
-    done (a spread needs two): slow runs vary less, and a visitor waits for them."""
+    done (a spread needs two): slow runs vary less, and a visitor waits for them.
+
+    `interruptions`: a count of the other work that shares the device (a viewer stepping through the run).
+    Given one, the repeats give way after every pass (a None item: the caller's thread may do that work
+    then), and a round during which the count moved is timed again, since the work competed with its
+    clocks; after three budgets the timing stops with the rounds it has."""
     seconds: list[list[float]] = [[] for _ in traces]
     timed = list(traces)
     started = time.perf_counter()
-    for done in range(repeats):
-        if done >= 2 and time.perf_counter() - started >= budget:
+    done = disturbed = 0
+    while done < repeats:
+        spent = time.perf_counter() - started
+        if (done >= 2 and spent >= budget) or (interruptions and spent >= 3 * budget):
             return
-        for trace, clocks in zip(traces, seconds, strict=True):
-            again = repeat(model, trace)
+        before = interruptions() if interruptions else 0
+        clocks_now = []
+        for trace in traces:
+            for again in repeat_passes(model, trace):
+                if again is None and interruptions:
+                    yield None
             if again.tokens != trace.tokens:
-                yield TimingRound(timed, done, abandoned=True)
+                yield TimingRound(timed, done, abandoned=True, disturbed=disturbed)
                 return
-            clocks.append(again.seconds)
+            clocks_now.append(again.seconds)
+        if interruptions and interruptions() != before:
+            disturbed += 1
+            continue
+        for clocks, clock in zip(seconds, clocks_now, strict=True):
+            clocks.append(clock)
+        done += 1
         timed = [with_timing(trace, Timing(tuple(clocks))) for trace, clocks in zip(traces, seconds, strict=True)]
-        yield TimingRound(timed, done + 1)
+        yield TimingRound(timed, done, disturbed=disturbed)
 
 
 def with_timing(trace: Trace, timing: Timing) -> Trace:

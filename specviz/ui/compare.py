@@ -16,7 +16,15 @@ from specviz.inputs import check_prompt
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import Trace
 from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
-from specviz.ui.service import each_on_compute_thread, get_model, gpu_seconds, gpu_work, on_compute_thread, user_errors
+from specviz.ui.service import (
+    VIEWER_WORK,
+    each_on_compute_thread,
+    get_model,
+    gpu_seconds,
+    gpu_work,
+    on_compute_thread,
+    user_errors,
+)
 
 COMPARE_HEADERS = [
     "method", "parameters", "lossless", "NFE", "drafts changed", "step compression", "seconds", "latency against AR"
@@ -92,12 +100,15 @@ def build(method_names: list[str]) -> CompareTab:
         methods = gr.CheckboxGroup(method_names, value=compared_methods(method_names), label="Methods")
         button = gr.Button("Compare on this prompt and seed")
         note = gr.Markdown(elem_id="compare-note")
-        # widths that keep every column on a 1280 px screen, headers broken between words
+        # widths that keep every column on a 1280 px screen in large type too, each header's longest word whole;
+        # tall enough for every method's row without scrolling
         table = gr.Dataframe(
             headers=COMPARE_HEADERS,
             interactive=False,
             wrap=True,
-            column_widths=["9%", "22%", "9%", "6%", "9%", "12%", "11%", "22%"],
+            column_widths=["10%", "22%", "11%", "6%", "10%", "15%", "10%", "16%"],
+            max_height=2000,
+            elem_id="compare-table",
         )
         plot = gr.Plot()
         with gr.Accordion("What a pass costs here (why fewer passes are not always faster)", open=False):
@@ -144,7 +155,10 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
         abandoned = ""
         if needs_retiming(chosen):
             wanted = timings_wanted()
-            for timed in each_on_compute_thread(retimed(chosen, [ar, *traces], wanted, TIMING_BUDGET)):
+            rounds = retimed(chosen, [ar, *traces], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
+            for timed in each_on_compute_thread(rounds):
+                if timed is None:  # a pass done: Inspect's pictures may take the compute thread now
+                    continue
                 ar, *traces = timed.traces
                 if timed.abandoned:  # a repeat drew other tokens: keep the clocks so far, and say so
                     abandoned = " Timing again was abandoned: a repeat drew other tokens."

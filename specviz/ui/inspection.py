@@ -19,6 +19,7 @@ from specviz.trace import Trace
 from specviz.ui.controls import Controls
 from specviz.ui.service import (
     DISPLAY_SIZE,
+    VIEWER_WORK,
     decoder_for,
     get_model,
     gpu_seconds,
@@ -235,6 +236,7 @@ def contrast_seconds(runs: dict) -> int:
 @dataclass
 class InspectTab:
     iteration: gr.Slider
+    loaded: gr.Number  # hidden: a new value (service.LOADS) from a race or an upload refreshes the views
     timer: gr.Timer
     views: list  # what `refresh` sets, in its order
     map_kind: gr.Radio
@@ -299,8 +301,9 @@ def build() -> tuple[InspectTab, dict]:
         with gr.Accordion("Glossary", open=False):
             gr.Markdown(viz.GLOSSARY, elem_id="glossary")
     timer = gr.Timer(PLAY_INTERVAL, active=False)  # outside the tab: playback goes on while another is open
+    loaded = gr.Number(0, visible="hidden", elem_id="runs-loaded")  # rendered, so that its change event fires
     views = [window_plot, iteration_image, depth_plot, map_plot, length_plot, changed_plot, race_plot, shape_plot]
-    tab = InspectTab(iteration, timer, views, map_kind, contrast_button)
+    tab = InspectTab(iteration, loaded, timer, views, map_kind, contrast_button)
     buttons = {
         "play": play, "pause": pause, "speed": speed, "step_back": step_back, "step_on": step_on,
         "previous": previous_button, "next": next_button, "jumps": jump_buttons, "note": iteration_note,
@@ -315,6 +318,7 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
     iteration, timer = tab.iteration, tab.timer
 
     @user_errors
+    @VIEWER_WORK.drawing
     def refresh(state: dict, j: float, kind: str, big: bool, night: bool):
         if not state:
             return (gr.update(),) * (len(tab.views) + 1)
@@ -327,6 +331,7 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
         control.change(refresh, view_inputs, view_outputs)
 
     @user_errors
+    @VIEWER_WORK.drawing
     def at_iteration(state: dict, j: float, big: bool, night: bool):
         if not state:
             return gr.update(), gr.update(), gr.update()
@@ -384,5 +389,9 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
         """Chain the views' refresh after an event that sets `runs`."""
         event.then(map_kinds, runs, tab.map_kind)
         return event.then(refresh, view_inputs, view_outputs)
+
+    # a race hands its runs over as soon as both are complete, while their clocks are still being timed
+    tab.loaded.change(map_kinds, runs, tab.map_kind)
+    tab.loaded.change(refresh, view_inputs, view_outputs)
 
     return refresh_after, contrast_runs, contrast_event

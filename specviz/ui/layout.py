@@ -33,6 +33,8 @@ CSS = """
 /* a picture's label badge sits over its top-left corner: keep the first row of tokens clear of it */
 .picture img { padding-top: calc(var(--block-label-text-size) * 2.4); box-sizing: border-box; }
 #projector { min-width: 10em; align-self: center; }
+/* Compare's table in large type: a size at which each header's longest word fits its column on 1280 px */
+body.specviz-large #compare-table { --input-text-size: 16px; }
 /* the projector layout: one 1280 x 720 screen holds the pictures, the bars, the caption and the verdict */
 body.specviz-projector #specviz-header, body.specviz-projector #side-panel,
 body.specviz-projector #race-map-column, body.specviz-projector #presets-title { display: none; }
@@ -107,11 +109,10 @@ def build() -> gr.Blocks:
         controls.wire(side, compare_tab.methods)
         refresh_after, contrast_runs, contrast_event = inspection.wire(inspect_tab, inspect_buttons, side, runs)
         racer, race_inputs, race_outputs, race_options = race.wire(
-            race_tab, side, runs, inspect_tab.iteration, replay_tab.downloads
+            race_tab, side, runs, inspect_tab.iteration, inspect_tab.loaded, replay_tab.downloads
         )
         race_event = side.run_button.click(racer, race_inputs, race_outputs, **race_options)
         side.run_button.click(lambda: "", None, race_tab.preset_note, queue=False)  # one's own run: no preset story
-        refresh_after(race_event)
         preset_outputs = side.preset_outputs(compare_tab.methods, race_tab.preset_note, race_tab.speed)
         preset_races = []
         for key, button in preset_buttons.items():
@@ -122,9 +123,11 @@ def build() -> gr.Blocks:
             if PRESET_BY_KEY[key].contrast:  # the finding is a comparison of two runs in Inspect
                 raced = raced.success(contrast_runs, runs, runs, concurrency_id="gpu")
                 preset_races.append(raced)
-            refresh_after(raced)
+                refresh_after(raced)
         compare_event = compare.wire(compare_tab, side, runs)
-        replay.wire(replay_tab, side, runs, inspect_tab.iteration, refresh_after)
+        uploaded = replay.wire(replay_tab, side, runs, inspect_tab.iteration, inspect_tab.loaded)
+        play_event, show_race_after = race.wire_play(race_tab, runs)
+        show_race_after(uploaded)  # the Race tab shows an uploaded race at once; Play again races it
 
         def stop(*now) -> tuple:
             """Cancel a race or a comparison and say so, with how far it got; stop playing back."""
@@ -134,7 +137,7 @@ def build() -> gr.Blocks:
             stop,
             [race_tab.activity, compare_tab.comparing, race_tab.summary, race_tab.method_counter, race_tab.ar_counter],
             [race_tab.summary, compare_tab.note, race_tab.activity, compare_tab.comparing, inspect_tab.timer],
-            cancels=[race_event, *preset_races, compare_event, contrast_event],
+            cancels=[race_event, *preset_races, compare_event, contrast_event, play_event],
         )
         demo.load(None, None, None, js=inspection.ARROW_KEYS)
         demo.load(None, None, None, js=FIT_PLOTS_ON_TAB)

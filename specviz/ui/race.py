@@ -6,21 +6,26 @@ from __future__ import annotations
 import dataclasses
 import html
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import gradio as gr
+from gradio.events import Dependency
 
 from specviz import metrics, viz
 from specviz.decoding import RunStream
 from specviz.decoding.race import TIMING_BUDGET, Race, needs_retiming, retimed, timings_wanted
-from specviz.models.protocol import decode_in_order
+from specviz.models.protocol import ImageModel, decode_in_order
+from specviz.models.settings import SettingsError
 from specviz.trace import Trace
 from specviz.ui.activity import RACING, RaceActivity
 from specviz.ui.controls import Controls, RunRequest
 from specviz.ui.service import (
     DISPLAY_SIZE,
+    LOADS,
+    VIEWER_WORK,
     decodable,
+    decoder_for,
     each_on_compute_thread,
     get_model,
     gpu_seconds,
@@ -122,6 +127,14 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
     )
 
 
+def disturbed_note(rounds: int) -> str:
+    """Where viewers drew while the runs were timed again: how many rounds were timed once more."""
+    if not rounds:
+        return ""
+    again = "a round was" if rounds == 1 else f"{rounds} rounds were"
+    return f" ({again} timed once more: Inspect or an export drew during it and competed with the clocks.)"
+
+
 def racing(method: str) -> str:
     """The summary while a race runs, in place of the previous run's."""
     return f"*Racing {method} against AR...*"
@@ -164,18 +177,22 @@ class RaceTab:
     progress: gr.Image  # the method's acceptance map (trees: depth map) so far
     progress_title: gr.Markdown
     activity: gr.State  # a RaceActivity while a race runs (Stop reads it), else None
+    play_again: gr.Button
 
 
 def build() -> RaceTab:
     with gr.Tab("Race"):
         # above the pictures, so that it is on the first screen of a 1280 x 720 projector, label hidden
-        speed = gr.Radio(
-            SPEEDS,
-            value="live",
-            label="Race speed",
-            elem_id="race-speed",
-            container=False,
-        )
+        with gr.Row(equal_height=True):
+            speed = gr.Radio(
+                SPEEDS,
+                value="live",
+                label="Race speed",
+                elem_id="race-speed",
+                container=False,
+            )
+            # the last run, or an uploaded one, raced again from its trace: a GPU run shown in class
+            play_again = gr.Button("Play again", size="sm", scale=0, min_width=110, elem_id="play-again")
         with gr.Row():
             with gr.Column():
                 method_image = gr.Image(
@@ -208,7 +225,106 @@ def build() -> RaceTab:
         progress,
         progress_title,
         activity,
+        play_again,
     )
+
+
+def progress_view(run: Trace, when: str) -> dict:
+    """The method's map so far beside the bars, and its title."""
+    title, cells = viz.progress_map(run)
+    shown_map = show(cells)
+    shown_map.info["Description"] = f"{run.method}: map after {len(run.tokens)} tokens, {when}"
+    return {"progress": shown_map, "progress_title": f"{run.method}: {title}"}
+
+
+def contender_view(model: ImageModel | None, live: Trace, counter_text: str, when: str) -> dict:
+    """The method's side after its newest pass: the picture with that pass's drafts drawn on it (without a
+    model to decode, none), the counter with what the pass did, and the map so far."""
+    newest = len(live.iterations) - 1
+    view = {"method_counter": f"{counter_text}<br>{viz.pass_caption(live, newest)}", **progress_view(live, when)}
+    if model is not None:
+        description = f"{live.method}: {len(live.tokens)} tokens, {when}"
+        guessed = metrics.drafted_tokens(live, newest)  # the window's guesses, drawn faded on their cells
+        drafted = None if guessed is None else show(on_compute_thread(decode_in_order, model, guessed, None))
+        image = picture(model, decodable(live), description, live.geometry.order)
+        image = viz.pass_overlay(image, live, newest, dark=False, drafted=drafted)
+        image.info["Description"] = description
+        view["method_image"] = image
+    return view
+
+
+NOTHING_TO_PLAY = "Nothing to play yet: press Run or a preset, or upload a trace under *Replay and export*."
+
+
+def play_frames(runs: dict, slow: bool, animate: bool = True) -> Iterator[dict[str, object]]:
+    """A finished or uploaded run played again as its race, from the trace alone (nothing is computed):
+    the side behind on its recorded clock advances, at the pace the race had (each pass waits the time it
+    took when it ran; in slow motion the method's passes pause instead); then the final frame and summary.
+    `animate` False: the final frame at once (the Race tab after an upload)."""
+    if not runs:
+        raise SettingsError(NOTHING_TO_PLAY)
+    trace, ar = runs["trace"], runs.get("ar")
+    model = decoder_for(trace)
+    sides = {"method": trace, "ar": ar} if ar is not None else {"method": trace}
+    clocks = {name: metrics.clock_through(run) for name, run in sides.items()}
+    at = dict.fromkeys(sides, -1)  # the iteration each side shows
+    total = len(trace.geometry.layout)
+
+    def now_of(name: str) -> float:
+        return float(clocks[name][at[name]]) if at[name] >= 0 else 0.0
+
+    def view(name: str) -> dict:
+        run = metrics.trace_through(sides[name], at[name])
+        count = counter(run.method, metrics.passes_through(sides[name], at[name]), len(run.tokens), total, run.seconds)
+        if name == "method" and run.iterations:
+            return contender_view(model, run, count, "played again")
+        description = f"{run.method}: {len(run.tokens)} tokens, played again"
+        image = None if model is None else picture(model, decodable(run), description, run.geometry.order)
+        return {f"{name}_image": image, f"{name}_counter": count}
+
+    def bars_now() -> str:
+        shown = [(sides[n].method, metrics.passes_through(sides[n], at[n]), now_of(n)) for n in sides if at[n] >= 0]
+        return race_bars(shown, total)
+
+    versus = " against AR" if ar is not None else ""
+    yield {
+        "method_image": None,
+        "method_counter": "",
+        "ar_image": None,
+        "ar_counter": "" if ar is not None else "*This trace came without its AR run (`ar-trace.json`).*",
+        "summary": f"*Playing {trace.method}{versus} again from its trace...*",
+        "bars": "",
+        "progress": None,
+        "progress_title": "",
+    }
+    started, last, sent = time.perf_counter(), 0.0, dict(at)
+    while animate and (moving := [n for n, run in sides.items() if at[n] < len(run.iterations) - 1]):
+        name = min(moving, key=now_of)  # as in the race: the side behind on its own clock moves
+        at[name] += 1
+        paced = slow and name == "method"
+        if not slow:  # the recorded race's pace: both clocks, one device
+            time.sleep(max(0.0, started + sum(map(now_of, sides)) - time.perf_counter()))
+        if paced or (not slow and time.perf_counter() - last > FRAME_INTERVAL):
+            last = time.perf_counter()
+            frame = {key: value for n in sides if sent[n] != at[n] for key, value in view(n).items()}
+            sent = dict(at)
+            yield {**frame, "bars": bars_now()}
+            if paced:
+                time.sleep(SLOW_MOTION_PAUSE)
+    at = {name: len(run.iterations) - 1 for name, run in sides.items()}
+    final = {key: value for name in sides for key, value in view(name).items()}
+    if model is not None:
+        final.update({f"{name}_image": final_picture(model, run) for name, run in sides.items()})
+    final.update({f"{name}_counter": final_counter(run) for name, run in sides.items()})
+    if ar is not None:
+        summary = race_summary(trace, ar)
+    else:
+        summary = (
+            f"### {trace.method}: {metrics.summary(trace)['nfe']} passes, {trace.seconds:.2f} s\n"
+            "Upload its `ar-trace.json` beside it to see it race AR."
+        )
+    played = "*Played again from the recorded traces: each pass took the time it took when it ran.*"
+    yield {**final, "bars": bars_now(), "summary": f"{summary}\n\n{played}"}
 
 
 def race_seconds(request: RunRequest, slow: bool) -> int:
@@ -218,10 +334,10 @@ def race_seconds(request: RunRequest, slow: bool) -> int:
     return gpu_seconds(3 * tokens, tokens * SLOW_MOTION_PAUSE if slow else 0.0)
 
 
-def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, downloads: gr.File):
+def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, loaded: gr.Number, downloads: gr.File):
     """The race handler; returns it with its inputs, outputs and options, for Run and the presets."""
     outputs = {field.name: getattr(tab, field.name) for field in dataclasses.fields(tab)}
-    outputs.update(runs=runs, iteration=iteration, downloads=downloads)
+    outputs.update(runs=runs, iteration=iteration, loaded=loaded, downloads=downloads)
 
     @gpu_work(model=lambda request, slow: request.model, duration=race_seconds)
     @user_errors
@@ -252,26 +368,12 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             if shown.get(stream) == len(stream.tokens):
                 return {}
             shown[stream] = len(stream.tokens)
+            if stream is contest.contender and stream.iterations:  # its newest pass drawn on its picture
+                return contender_view(chosen, stream.trace(), live_counter(stream), "live")
             description = f"{stream.method}: {len(stream.tokens)} tokens, live"
-            picture_now = picture(chosen, stream.decodable, description, stream.order)
-            if stream is not contest.contender or not stream.iterations:
-                return {image: picture_now, count: live_counter(stream)}
-            live = stream.trace()  # the last pass's drafts on the picture, and the map so far beside the bars
-            newest = len(stream.iterations) - 1
-            guessed = metrics.drafted_tokens(live, newest)  # the window's guesses, drawn faded on their cells
-            drafted = None if guessed is None else show(on_compute_thread(decode_in_order, chosen, guessed, None))
-            picture_now = viz.pass_overlay(picture_now, live, newest, dark=False, drafted=drafted)
-            picture_now.info["Description"] = description
-            caption = f"{live_counter(stream)}<br>{viz.pass_caption(live, newest)}"  # what the newest pass did
-            return {image: picture_now, count: caption, **progress(live, "live")}
+            return {image: picture(chosen, stream.decodable, description, stream.order), count: live_counter(stream)}
 
         total = contest.baseline.session.geometry.seq_len
-
-        def progress(run: Trace, when: str) -> dict:
-            title, cells = viz.progress_map(run)
-            shown_map = show(cells)
-            shown_map.info["Description"] = f"{run.method}: map after {len(run.tokens)} tokens, {when}"
-            return {"progress": shown_map, "progress_title": f"{run.method}: {title}"}
 
         def bars(*done: Trace) -> str:
             return race_bars([(t.method, metrics.summary(t)["nfe"], t.seconds) for t in done], total)
@@ -298,39 +400,48 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
                     if paced:
                         time.sleep(SLOW_MOTION_PAUSE)
         trace, ar = contest.traces()
-        # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns
+        # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns,
+        # while Inspect already has the runs (their tokens and passes are final; only the clocks are not)
         wanted = timings_wanted() if needs_retiming(chosen) else 0
-        finished = {
+        yield {
             "method_image": final_picture(chosen, trace),
             "ar_image": final_picture(chosen, ar),
             "method_counter": final_counter(trace),
             "ar_counter": final_counter(ar),
             "summary": race_summary(trace, ar, drawing_shared=wanted > 0, timing=wanted),
             "bars": bars(trace, ar),
-            **progress(trace, "final"),
+            **progress_view(trace, "final"),
+            "runs": {"trace": trace, "ar": ar},
+            "iteration": opened_at(trace),
+            "loaded": next(LOADS),
+            "activity": RaceActivity("retiming") if wanted else None,
         }
         if not wanted:
-            yield {**finished, "runs": {"trace": trace, "ar": ar}, "iteration": opened_at(trace), "activity": None}
             return
-        # Inspect takes the runs once their clocks are final: its views are drawn after the race, whole
-        yield {**finished, "activity": RaceActivity("retiming")}
         note = ""
-        for timed in each_on_compute_thread(retimed(chosen, [trace, ar], wanted, TIMING_BUDGET)):
-            trace, ar = timed.traces
+        VIEWER_WORK.settle()  # Inspect draws the runs it was just given before anything is timed
+        # the repeats give way to Inspect after every pass, and a round it drew during is timed again
+        rounds = retimed(chosen, [trace, ar], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
+        for timed in each_on_compute_thread(rounds):
+            if timed is None:  # a pass done: Inspect's pictures may take the compute thread now
+                continue
             if timed.abandoned:  # a repeat drew other tokens: its clock would time another computation
                 note = " Timing again was abandoned: a repeat drew other tokens, so its clock would time another run."
                 break
+            trace, ar = timed.traces
+            note = disturbed_note(timed.disturbed)
             yield {
                 "method_counter": final_counter(trace),
                 "ar_counter": final_counter(ar),
-                "summary": race_summary(trace, ar, drawing_shared=True, timing=wanted),
+                "summary": race_summary(trace, ar, drawing_shared=True, timing=wanted) + note,
                 "bars": bars(trace, ar),
                 "activity": RaceActivity("retiming", timed.done),
             }
+        # Inspect's race panel takes the final clocks; the iteration a viewer chose stays
         yield {
             "summary": race_summary(trace, ar, drawing_shared=True) + note,
             "runs": {"trace": trace, "ar": ar},
-            "iteration": opened_at(trace),
+            "loaded": next(LOADS),
             "activity": None,
         }
 
@@ -348,7 +459,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         "show_progress": "hidden",  # the images and counters are the progress; a spinner only costs CPU
     }
     shown = ["method_image", "method_counter", "ar_image", "ar_counter", "summary", "runs", "iteration"]
-    shown += ["downloads", "bars", "progress", "progress_title", "activity"]
+    shown += ["downloads", "bars", "progress", "progress_title", "activity", "loaded"]
     return race, inputs, [outputs[name] for name in shown], options
 
 
@@ -357,3 +468,31 @@ def final_picture(model, trace: Trace):
     return picture(
         model, decodable(trace), f"{trace.method}: {trace.prompt!r}, seed {trace.seed}", trace.geometry.order
     )
+
+
+def wire_play(tab: RaceTab, runs: gr.State) -> tuple[Dependency, Callable[[Dependency], Dependency]]:
+    """Play again: the run in `runs` raced again from its traces. Returns the button's event (Stop cancels
+    it) and what chains the finished race's view after an event that sets `runs` (an upload)."""
+    names = ["method_image", "method_counter", "ar_image", "ar_counter", "summary", "bars", "progress"]
+    names += ["progress_title"]
+    outputs = {name: getattr(tab, name) for name in names}
+
+    def keyed(frames: Iterator[dict]) -> Iterator[dict]:
+        for frame in frames:
+            yield {outputs[name]: value for name, value in frame.items()}
+
+    @user_errors
+    def play(state: dict, speed: str) -> Iterator[dict]:
+        yield from keyed(play_frames(state, speed == "slow"))
+
+    @user_errors
+    def played(state: dict) -> Iterator[dict]:
+        if state:  # an upload that was refused leaves the race as it was
+            yield from keyed(play_frames(state, slow=False, animate=False))
+
+    event = tab.play_again.click(play, [runs, tab.speed], list(outputs.values()), show_progress="hidden")
+
+    def show_after(loaded: Dependency) -> Dependency:
+        return loaded.then(played, runs, list(outputs.values()), show_progress="hidden")
+
+    return event, show_after

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
+from gradio.events import Dependency
 from PIL import Image
 
 from specviz import metrics, viz
@@ -15,7 +16,16 @@ from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.models.settings import SettingsError
 from specviz.trace import Trace, TraceError
 from specviz.ui.controls import Controls, restored_controls
-from specviz.ui.service import decoder_for, export_folder, log, on_compute_thread, opened_at, user_errors
+from specviz.ui.service import (
+    LOADS,
+    VIEWER_WORK,
+    decoder_for,
+    export_folder,
+    log,
+    on_compute_thread,
+    opened_at,
+    user_errors,
+)
 from specviz.viz.publication import FORMATS, write_figures
 
 
@@ -83,6 +93,7 @@ def build() -> ReplayTab:
             file_types=[".json"],
             file_count="multiple",
             type="filepath",
+            elem_id="trace-upload",
         )
         status = gr.Markdown()
         with gr.Row():
@@ -96,7 +107,9 @@ def build() -> ReplayTab:
     return ReplayTab(upload, status, export_button, beside_ar, downloads)
 
 
-def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slider, refresh_after) -> None:
+def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slider, loaded: gr.Number) -> Dependency:
+    """The upload and the export; returns the upload's event, after which the race tab shows the runs."""
+
     @user_errors
     def replay(paths: list[str] | None, big: bool, night: bool):
         """Load a trace (and the AR run it raced); set the controls to its settings and open Inspect at an
@@ -117,15 +130,15 @@ def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slide
         note += "The controls now show its settings" + (f" ({'; '.join(unchanged)})." if unchanged else ".")
         if decoder_for(trace) is None:
             note += f" Model {trace.model} is not loaded here, so images are not shown; the token views are."
-        return state, note, opened_at(trace), None, *restored
+        return state, note, opened_at(trace), next(LOADS), None, *restored
 
-    outputs = [runs, tab.status, iteration, tab.downloads, *controls.restored_outputs()]
+    outputs = [runs, tab.status, iteration, loaded, tab.downloads, *controls.restored_outputs()]
     # any other refusal marks the status line, not every control the upload would have set
     inputs = [tab.upload, controls.large, controls.dark]
-    loaded = tab.upload.upload(replay, inputs, outputs, show_progress_on=tab.status)
-    refresh_after(loaded)
+    uploaded = tab.upload.upload(replay, inputs, outputs, show_progress_on=tab.status)  # Inspect: on `loaded`
 
     @user_errors
+    @VIEWER_WORK.drawing
     def export(state: dict, j: float, night: bool, with_ar: bool = True):
         if not state:
             raise SettingsError("run a method or upload a trace first")
@@ -162,3 +175,4 @@ def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slide
         return [str(f) for f in files]
 
     tab.export_button.click(export, [runs, iteration, controls.dark, tab.beside_ar], tab.downloads)
+    return uploaded

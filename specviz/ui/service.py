@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import logging
 import math
 import os
@@ -81,6 +82,55 @@ def each_on_compute_thread(items: Iterator) -> Iterator:
     end = object()
     while (item := on_compute_thread(next, items, end)) is not end:
         yield item
+
+
+class ViewerWork:
+    """A count of the drawing that viewers make this server do (Inspect's views, exports): on a CPU it
+    competes with runs being timed again, so `retimed` repeats a round during which the count moved. One
+    count for every session, as they share the machine."""
+
+    def __init__(self):
+        self._count = 0
+        self._active = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        return self._count
+
+    def drawing(self, fn: Callable) -> Callable:
+        """`fn`, counted when it starts and when it ends (a round that overlaps it in any way sees a move)."""
+
+        @functools.wraps(fn)
+        def counted(*args):
+            self._note(+1)
+            try:
+                return fn(*args)
+            finally:
+                self._note(-1)
+
+        return counted
+
+    def settle(self, quiet: float = 0.3, limit: float = 2.0) -> None:
+        """Wait until no drawing has run for `quiet` seconds, `limit` at most: a race that has just handed
+        its runs to Inspect lets the views it set off be drawn before it times anything."""
+        deadline = time.perf_counter() + limit
+        seen, since = self._count, time.perf_counter()
+        while (now := time.perf_counter()) < deadline:
+            if self._count != seen or self._active:
+                seen, since = self._count, now
+            elif now - since >= quiet:
+                return
+            time.sleep(0.05)
+
+    def _note(self, change: int) -> None:
+        with self._lock:
+            self._count += 1
+            self._active += change
+
+
+VIEWER_WORK = ViewerWork()
+# serial numbers of the runs handed to Inspect: a new one on its hidden `loaded` number refreshes its views
+LOADS = itertools.count(1)
 
 
 def offered_models() -> list[str]:

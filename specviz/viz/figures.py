@@ -5,6 +5,7 @@ Every function is pure (trace in, figure out) so the UI, the CLI and the tests d
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 import numpy as np
@@ -412,7 +413,9 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     """Model passes and seconds of the method next to AR on the same prompt and seed."""
     numbers = summary(trace, ar)
     palette = colors(dark)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("model passes (NFE)", "latency (seconds)"))
+    # large type: titles short enough for half a half-width plot each, or they run into each other
+    titles = ("passes (NFE)", "seconds") if large else ("model passes (NFE)", "latency (seconds)")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.15)
     alone = draft_alone(trace)  # its passes are the draft's: one bar, not the target's prefill beside them
 
     def passes(run: Trace) -> int:
@@ -445,8 +448,8 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
             row=1,
             col=1,
         )  # fmt: skip
-        # three entries: a legend below the plots leaves both panels their width (their titles stay apart)
-        fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0.5, "xanchor": "center"})
+    # the legend below the plots leaves both panels their width, so their titles stay apart
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0.5, "xanchor": "center"})
     for col, value in enumerate((passes, lambda t: t.seconds), start=1):
         top = 1.2 * max(value(trace), value(ar), trace.draft_nfe or 0 if col == 1 else 0) or 1.0  # room for labels
         fig.update_yaxes(range=[0, top], row=1, col=col)
@@ -493,17 +496,16 @@ def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False)
             )
         ]
     )
-    fig.add_hline(
-        y=1.0,
-        line_dash="dash",
-        line_color=colors(dark)["committed"],
-        annotation_text="AR = 1x",
-        annotation_position="top left",  # at the right it sat on the last method's latency bar
-    )
+    fig.add_hline(y=1.0, line_dash="dash", line_color=colors(dark)["committed"])
+    # the line's label beyond the plot's right edge: inside, it sat on a bar at either end
+    fig.add_annotation(text="AR = 1x", x=1, xref="paper", xanchor="left", y=1.0, showarrow=False)
     fig.update_layout(barmode="group", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
-    fig.update_yaxes(title="times AR", rangemode="tozero")
+    highest = [row.get("latency_high", row["latency_speedup"]) for row in rows] + [r["step_compression"] for r in rows]
+    top = 1.2 * max([1.0, *(value for value in highest if math.isfinite(value))])  # room for the labels above
+    fig.update_yaxes(title="times AR", range=[0, top])
     title = "methods against AR (hatched: lossy" + ("; whiskers: lowest and highest timing)" if spread else ")")
-    return _finish(fig, title, 460, dark, large, widths=2)  # Compare's plot spans the page
+    fig = _finish(fig, title, 460, dark, large, widths=2)  # Compare's plot spans the page
+    return fig.update_layout(margin={"r": 110 if large else 90})
 
 
 def pass_cost_figure(costs: list, dark: bool = False, large: bool = False) -> go.Figure:
