@@ -248,7 +248,10 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
     eagle2_trace.save(path)
     client = Client(server, verbose=False)
     client.predict([handle_file(str(path))], False, False, api_name="/replay")
-    tree, image, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
+    tree, image, depths, _, length, changed, _, shapes, sentence = client.predict(
+        3, "redraws", False, False, api_name="/refresh"
+    )
+    assert sentence.startswith("Iteration 3")
     assert tree["label"] == "Draft tree of this iteration"
     assert "drafts in a tree" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"].replace("<br>", " ")
     through_3 = show(tiny.decode(metrics.tokens_through(eagle2_trace, 3)))  # the image after iteration 3
@@ -259,12 +262,15 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
         "<br>", " "
     )
     assert length["label"] == "Tau per tree pass"
-    tree, _, depths = client.predict(5, False, False, api_name="/at_iteration")
+    tree, _, depths, sentence = client.predict(5, False, False, api_name="/at_iteration")
+    assert sentence.startswith("Iteration 5")
     assert "iteration 5/" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"].replace("<br>", " ")
     assert "committed this iteration (5)" in depths["value"]["plot"]
     sjd = Path(specviz.__file__).parent / "data" / "examples" / "red-apple-sjd.json"
     client.predict([handle_file(str(sjd))], False, False, api_name="/replay")
-    window, _, depths, _, length, changed, _, shapes = client.predict(3, "redraws", False, False, api_name="/refresh")
+    window, _, depths, _, length, changed, _, shapes, _ = client.predict(
+        3, "redraws", False, False, api_name="/refresh"
+    )
     assert window["label"] == "Jacobi window" and length["label"] == "Accepted length per iteration"
     assert changed["visible"] and not depths["visible"] and not shapes["visible"]
 
@@ -354,7 +360,7 @@ def test_inspect_has_the_runs_while_their_clocks_are_timed_and_a_step_does_not_w
     while not any("1 of 2 done" in str(frame[4]) for frame in job.outputs()):  # then step in the second round
         time.sleep(0.05)
     started = time.perf_counter()
-    window, image, _ = client.predict(5, False, False, api_name="/at_iteration")
+    window, image, _, _ = client.predict(5, False, False, api_name="/at_iteration")
     seconds = time.perf_counter() - started
     print(f"Inspect step during the re-timing: {seconds:.2f} s")
     assert not job.done() and _figure(window)["data"] and image is not None  # answered while timing went on
@@ -415,7 +421,7 @@ def test_replay_restores_the_controls_and_opens_at_an_instructive_iteration(serv
     assert iteration["value"] == min(
         j for j, it in enumerate(trace.iterations) if {"accepted", "rejected"} <= set(it.outcome())
     )
-    *_, race_plot, _ = client.predict(iteration["value"], "run_length", False, False, api_name="/refresh")
+    *_, race_plot, _, _ = client.predict(iteration["value"], "run_length", False, False, api_name="/refresh")
     figure = _figure(race_plot)
     assert figure["layout"]["title"]["text"] == "NFE and latency against AR"
     assert "without an AR run" in figure["layout"]["annotations"][0]["text"]  # says why instead of a blank plot
@@ -429,8 +435,15 @@ def test_inspect_opens_a_tree_run_at_its_deepest_path_and_steps_between_acceptan
     accepted = [it.accepted for it in eagle2_trace.iterations]
     assert accepted[iteration["value"]] == max(accepted)
     accepting = [j for j, n in enumerate(accepted) if n > 0 and eagle2_trace.iterations[j].kind == "tree"]
-    assert client.predict(0, api_name="/next_acceptance") == accepting[0]
-    assert client.predict(accepting[1], api_name="/previous_acceptance") == accepting[0]
+    moved, tree, _, _, sentence = client.predict(0, False, False, api_name="/next_acceptance")
+    assert moved == accepting[0] and sentence.startswith(f"Iteration {accepting[0]}")  # one answer: all of it
+    assert f"iteration {accepting[0]}/" in _figure(tree)["layout"]["title"]["text"].replace("<br>", " ")
+    assert client.predict(accepting[1], False, False, api_name="/previous_acceptance")[0] == accepting[0]
+    last = len(eagle2_trace.iterations) - 1  # nothing follows the last pass: the sentence says so
+    assert (
+        client.predict(last, False, False, api_name="/next_stall")[-1]
+        == f"No stall after iteration {last} in this run."
+    )
     config = client.config
     kind = next(c for c in config["components"] if c.get("props", {}).get("label") == "Acceptance map")
     assert kind["props"]["value"] == "run_length"

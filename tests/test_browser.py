@@ -2,6 +2,7 @@
 
 import re
 import shutil
+import statistics
 import time
 from pathlib import Path
 
@@ -298,6 +299,83 @@ def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_ra
     print(f"1280 x 720, {'large' if large else 'normal'} type: bottoms during {during}, after {after}")
     assert during is not None and all(0 < bottom <= height for bottom in during), during
     assert all(bottom is not None and 0 < bottom <= height for bottom in after), after
+
+
+INSPECT_PLACES = """return ['iteration-note', 'inspect-steps', 'inspect-window', 'inspect-image']
+  .map(id => document.getElementById(id).getBoundingClientRect())
+  .map(box => [Math.round(box.top), Math.round(box.bottom)]);"""
+
+
+def _shown_iteration(driver) -> tuple[int | None, int | None]:
+    """The iteration Inspect's sentence describes and the one its window plot draws."""
+    sentence = re.match(r"Iteration (\d+)", _text(driver, "iteration-note"))
+    plot = re.search(r"iteration (\d+)/", _text(driver, "inspect-window"))
+    return (int(sentence.group(1)) if sentence else None), (int(plot.group(1)) if plot else None)
+
+
+# click a button and time, in the page itself (no driver round trips), until the sentence and the window
+# plot both show the iteration the button moves to: seconds, or null after 10 s
+TIMED_CLICK = """
+const [button, done] = [arguments[0], arguments[arguments.length - 1]];
+const target = arguments[1];
+const shows = () => {
+  const sentence = document.getElementById('iteration-note').innerText.match(/^Iteration (\\d+)/);
+  const plot = document.getElementById('inspect-window').innerText.match(/iteration (\\d+)\\//);
+  return sentence && plot && sentence[1] === plot[1] && (target === null ? sentence[1] : +sentence[1] === target);
+};
+const before = document.getElementById('iteration-note').innerText;
+const started = performance.now();
+const observer = new MutationObserver(() => {
+  if (document.getElementById('iteration-note').innerText !== before && shows()) {
+    observer.disconnect();
+    done((performance.now() - started) / 1000);
+  }
+});
+observer.observe(document.body, {subtree: true, childList: true, characterData: true});
+setTimeout(() => { observer.disconnect(); done(null); }, 10000);
+button.click();
+"""
+
+
+def test_inspect_on_a_projector_shows_the_window_and_image_first_and_answers_a_step_at_once(server, browser):
+    """At 1280 x 720 Inspect puts its sentence, the step buttons, the window and the image on the first screen;
+    a step and a jump redraw sentence and window (their times printed: the targets are 0.3 s and 0.5 s)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.set_window_size(1280, 720)
+    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    browser.set_window_size(2560 - inner[0], 1440 - inner[1])  # the page itself 1280 x 720
+    browser.get(server)
+    WebDriverWait(browser, 60).until(expected_conditions.presence_of_element_located((By.ID, "run-button")))
+    WebDriverWait(browser, 10).until(
+        lambda d: d.execute_script("return document.body.classList.contains('specviz-projector')")
+    )
+    browser.execute_script("document.getElementById('run-button').click()")  # hidden with the side panel
+    pressed = time.perf_counter()
+    while time.perf_counter() - pressed < 120 and not _timed(_text(browser, "race-summary")):
+        time.sleep(0.1)
+    browser.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Inspect')]").click()
+    WebDriverWait(browser, 30).until(lambda d: None not in _shown_iteration(d))
+    places = browser.execute_script(INSPECT_PLACES)
+    height = browser.execute_script("return window.innerHeight")
+    note, steps, window, image = places
+    assert note[1] <= steps[0] and steps[1] <= window[0] and window[0] < height / 2 and image[1] <= height, places
+    browser.set_script_timeout(15)
+    steps_taken, jumps = [], []
+    for _ in range(5):
+        now = _shown_iteration(browser)[0]
+        steps_taken.append(browser.execute_async_script(TIMED_CLICK, browser.find_element(By.ID, "step-on"), now + 1))
+    jump = browser.find_element(By.XPATH, "//button[contains(., 'Next acceptance')]")
+    for _ in range(3):
+        jumps.append(browser.execute_async_script(TIMED_CLICK, jump, None))
+    assert None not in steps_taken + jumps, (steps_taken, jumps)  # every step and jump redrew sentence and window
+    print(
+        f"Inspect in the browser: a step {statistics.median(steps_taken):.2f} s (median of 5, "
+        f"{min(steps_taken):.2f}-{max(steps_taken):.2f}), a jump {statistics.median(jumps):.2f} s (median of 3, "
+        f"{min(jumps):.2f}-{max(jumps):.2f}); places {places}"
+    )
 
 
 @pytest.mark.parametrize("method", ["sjd-pac", "lantern++"])

@@ -140,7 +140,7 @@ def test_the_iteration_slider_refuses_a_value_outside_its_current_range(server, 
             client.predict(value, False, False, api_name="/at_iteration")
     for value, message in ((2.5, "2.5 is not a whole number"), ("7", "a number is needed, got '7'")):
         with pytest.raises(Exception, match=message):
-            client.predict(value, api_name="/describe_iteration")
+            client.predict(value, False, False, api_name="/step_on")
     assert "Traceback" not in capfd.readouterr().err
     assert "iteration 87/" in json.loads(
         client.predict(last, False, False, api_name="/at_iteration")[0]["value"]["plot"]

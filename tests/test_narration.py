@@ -77,7 +77,8 @@ def test_the_inspect_handlers_step_jump_and_describe(stalled):
     assert step_by(-1, runs, 0) == 0 and step_by(1, runs, len(stalled.iterations) - 1) == len(stalled.iterations) - 1
     assert describe_iteration(runs, start) == iteration_sentence(stalled, start)
     length = stalls(stalled)[0][1]
-    assert iteration_sentence(stalled, start + 2).endswith(f" Pass 3 of a {length}-pass stall.")
+    article = "an" if str(length).startswith("8") or length in (11, 18) else "a"
+    assert iteration_sentence(stalled, start + 2).endswith(f" Pass 3 of {article} {length}-pass stall.")
     assert "stall" not in iteration_sentence(stalled, start - 1)
     assert describe_iteration({}, 3).startswith("Nothing to inspect yet: press Run or a preset")
     for word in ("NFE", "Step compression", "p_old", "Acceptance ratio", "coupling", "Stall", "Tau", "Alpha"):

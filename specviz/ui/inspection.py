@@ -3,7 +3,6 @@ continuous drafts), the image so far, and the views of the whole run; jumps to w
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -246,7 +245,7 @@ class InspectTab:
 def build() -> tuple[InspectTab, dict]:
     """The tab's components; also returns its buttons by role, for `wire`."""
     with gr.Tab("Inspect"):
-        with gr.Row():
+        with gr.Row(elem_id="inspect-slider"):
             iteration = gr.Slider(0, 1, value=0, step=1, precision=0, label="Iteration (arrow keys step)")
             play = gr.Button("Play", scale=0, size="sm", min_width=60)
             pause = gr.Button("Pause", scale=0, size="sm", min_width=60)
@@ -257,7 +256,7 @@ def build() -> tuple[InspectTab, dict]:
                 scale=0,
                 min_width=220,
             )
-        with gr.Row():
+        with gr.Row(elem_id="inspect-steps"):
             step_back = gr.Button("\u25c0", scale=0, size="sm", min_width=40, elem_id="step-back")
             step_on = gr.Button("\u25b6", scale=0, size="sm", min_width=40, elem_id="step-on")
             previous_button = gr.Button("\u25c0 Previous acceptance", scale=0, size="sm", min_width=140)
@@ -271,10 +270,14 @@ def build() -> tuple[InspectTab, dict]:
                 )
             }
         iteration_note = gr.Markdown(NOTHING_TO_INSPECT, elem_id="iteration-note")  # what this pass did
-        with gr.Row():
-            window_plot = gr.Plot(label=ITERATION_LABELS[False])
+        with gr.Row(elem_id="inspect-views"):
+            window_plot = gr.Plot(label=ITERATION_LABELS[False], elem_id="inspect-window")
             iteration_image = gr.Image(
-                label="Image at this iteration", height=DISPLAY_SIZE, format="png", elem_classes=["picture"]
+                label="Image at this iteration",
+                height=DISPLAY_SIZE,
+                format="png",
+                elem_classes=["picture"],
+                elem_id="inspect-image",
             )
         map_kind = gr.Radio(
             [
@@ -317,52 +320,84 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
     _window_plot, _iteration_image, _depth_plot = tab.views[:3]
     iteration, timer = tab.iteration, tab.timer
 
+    note = buttons["note"]
+
     @user_errors
     @VIEWER_WORK.drawing
     def refresh(state: dict, j: float, kind: str, big: bool, night: bool):
         if not state:
-            return (gr.update(),) * (len(tab.views) + 1)
+            return (gr.update(),) * (len(tab.views) + 2)
         figures = (*iteration_views(state, j, big, night), *overview_figures(state, kind, big, night))
-        return (*figures, contrast_label(state))
+        return (*figures, contrast_label(state), describe_iteration(state, j))
 
     view_inputs = [runs, iteration, tab.map_kind, controls.large, controls.dark]
-    view_outputs = [*tab.views, tab.contrast_button]
+    view_outputs = [*tab.views, tab.contrast_button, note]
     for control in (tab.map_kind, controls.large, controls.dark):
         control.change(refresh, view_inputs, view_outputs)
 
-    @user_errors
+    # a step, a jump or a tick answers in one round trip: the new iteration, its views and its sentence together
+    # (the slider's own change set off two more, which doubled a step's time in the browser)
     @VIEWER_WORK.drawing
-    def at_iteration(state: dict, j: float, big: bool, night: bool):
-        if not state:
-            return gr.update(), gr.update(), gr.update()
-        return iteration_views(state, j, big, night)
+    def shown_at(state: dict, j: int | dict, big: bool, night: bool, nothing: str | dict | None = None) -> tuple:
+        """Iteration j, its views and its sentence; where there is no run, or no move (`j` an update), the
+        sentence `nothing` says why (no change where None)."""
+        if not state or not isinstance(j, int):
+            return (gr.update(),) * 4 + (nothing or gr.update(),)
+        return (j, *iteration_views(state, j, big, night), describe_iteration(state, j))
 
-    # no spinner on a step: during playback one would cover every frame (a step draws in a fraction of a second)
-    stepped = {"show_progress": "hidden"}
-    iteration.change(at_iteration, [runs, iteration, controls.large, controls.dark], tab.views[:3], **stepped)
+    moved = [iteration, *tab.views[:3], note]
+    where = [runs, iteration, controls.large, controls.dark]
+    stepped = {"show_progress": "hidden"}  # no spinner: during playback one would cover every frame
 
-    def tick(state: dict, j: float):
+    @user_errors
+    def at_iteration(state: dict, j: float, big: bool, night: bool) -> tuple:
+        """The slider moved by hand: its iteration's views and sentence."""
+        return shown_at(state, step_by(0, state, j), big, night, NOTHING_TO_INSPECT)[1:]
+
+    iteration.input(at_iteration, where, moved[1:], **stepped)
+
+    @user_errors
+    def tick(state: dict, j: float, big: bool, night: bool) -> tuple:
         if not state or j >= len(state["trace"].iterations) - 1:
-            return gr.update(), gr.Timer(active=False)
-        return int(j) + 1, gr.update()
+            return (*shown_at({}, 0, big, night), gr.Timer(active=False))
+        return (*shown_at(state, int(j) + 1, big, night), gr.update())
 
-    timer.tick(tick, [runs, iteration], [iteration, timer], **stepped)
+    timer.tick(tick, where, [*moved, timer], **stepped)
     buttons["play"].click(lambda: gr.Timer(active=True), None, timer)
     buttons["pause"].click(lambda: gr.Timer(active=False), None, timer)
 
-    def previous_acceptance(state: dict, j: float):
-        return neighbour_instructive(state, j, forward=False)
+    @user_errors
+    def step_back(state: dict, j: float, big: bool, night: bool) -> tuple:
+        return shown_at(state, step_by(-1, state, j), big, night, NOTHING_TO_INSPECT)
 
-    def next_acceptance(state: dict, j: float):
-        return neighbour_instructive(state, j, forward=True)
+    @user_errors
+    def step_on(state: dict, j: float, big: bool, night: bool) -> tuple:
+        return shown_at(state, step_by(1, state, j), big, night, NOTHING_TO_INSPECT)
 
-    buttons["previous"].click(previous_acceptance, [runs, iteration], iteration)
-    buttons["next"].click(next_acceptance, [runs, iteration], iteration)
+    @user_errors
+    def previous_acceptance(state: dict, j: float, big: bool, night: bool) -> tuple:
+        return shown_at(state, neighbour_instructive(state, j, forward=False), big, night, NOTHING_TO_INSPECT)
+
+    @user_errors
+    def next_acceptance(state: dict, j: float, big: bool, night: bool) -> tuple:
+        return shown_at(state, neighbour_instructive(state, j, forward=True), big, night, NOTHING_TO_INSPECT)
+
+    def jump_to(kind: str) -> Callable:
+        """The handler of a 'Next ...' button (viz.JUMPS); where nothing follows, the sentence says so."""
+
+        def jump(state: dict, j: float, big: bool, night: bool) -> tuple:
+            target, said = next_of_kind(kind, state, j)
+            return shown_at(state, target, big, night, said if state else NOTHING_TO_INSPECT)
+
+        jump.__name__ = f"next_{kind}"  # its endpoint's name
+        return user_errors(jump)
+
+    for handler, button in ((step_back, "step_back"), (step_on, "step_on")):
+        buttons[button].click(handler, where, moved, **stepped)
+    buttons["previous"].click(previous_acceptance, where, moved, **stepped)
+    buttons["next"].click(next_acceptance, where, moved, **stepped)
     for kind, button in buttons["jumps"].items():
-        button.click(functools.partial(next_of_kind, kind), [runs, iteration], [iteration, buttons["note"]])
-    buttons["step_back"].click(functools.partial(step_by, -1), [runs, iteration], iteration)
-    buttons["step_on"].click(functools.partial(step_by, 1), [runs, iteration], iteration)
-    iteration.change(describe_iteration, [runs, iteration], buttons["note"], **stepped)
+        button.click(jump_to(kind), where, moved, **stepped)
     buttons["speed"].change(lambda seconds: gr.Timer(value=seconds), buttons["speed"], timer)
 
     contrast_work = gpu_work(model=lambda state: state["trace"].model, duration=contrast_seconds)(

@@ -46,6 +46,12 @@ body.specviz-projector.specviz-large #method-image, body.specviz-projector.specv
 body.specviz-projector #race-speed { padding: 0; }
 body.specviz-projector #race-summary h3 { margin: 0.2em 0; }
 body.specviz-projector #race-summary p { font-size: var(--text-sm); margin: 0; }
+/* Inspect on a projector: the sentence, the step and jump buttons, then the window (or tree) and the image, so
+   they share the first screen; the slider and playback under them (the arrow keys step too) */
+body.specviz-projector #iteration-note { order: -3; }
+body.specviz-projector #inspect-steps { order: -2; }
+body.specviz-projector #inspect-views { order: -1; }
+body.specviz-projector #inspect-image { height: 300px !important; }
 /* passes and seconds side by side: the bars take half the height */
 body.specviz-projector .race-bars {
   gap: 0 2em; grid-template-columns: 1fr 1fr; grid-template-rows: repeat(3, auto); grid-auto-flow: column;

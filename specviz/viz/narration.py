@@ -44,6 +44,12 @@ def _number(value: float | None) -> str:
     return "?" if value is None else f"{value:.2g}"
 
 
+def _a(count: int) -> str:
+    """'a 12', 'an 8', 'an 18': the article as the number is read aloud."""
+    spoken_with_vowel = str(count).startswith("8") or count in (11, 18) or 11_000 <= count < 12_000
+    return f"{'an' if spoken_with_vowel else 'a'} {count}"
+
+
 def _drafts(count: int, noun: str = "draft") -> str:
     return f"{count} {noun}{'s' if count != 1 else ''}"
 
@@ -83,9 +89,9 @@ def _tree_sentence(it: TreeRecord) -> str:
     why = f", every candidate at depth {it.accepted + 1} was refused," if refused else ""
     fixed = len(it.committed)
     after = (
-        f" and the model drew one more token after it ({fixed} tokens fixed)"
+        f" and the model drew one more token after it ({_drafts(fixed, 'token')} fixed)"
         if fixed > it.accepted
-        else f"; the image ends with it, so no token was drawn after it ({fixed} tokens fixed)"
+        else f"; the image ends with it, so no token was drawn after it ({_drafts(fixed, 'token')} fixed)"
     )
     return f"One pass verified a tree of {nodes} nodes, {deepest} deep: {path}{why}{after}."
 
@@ -139,7 +145,7 @@ def iteration_sentence(trace: Trace, j: int) -> str:
     iteration_at(trace, j)
     it = trace.iterations[j]
     within = [(start, length) for start, length in stalls(trace, STALL_PASSES) if start <= j < start + length]
-    stall = "".join(f" Pass {j - start + 1} of a {length}-pass stall." for start, length in within)
+    stall = "".join(f" Pass {j - start + 1} of {_a(length)}-pass stall." for start, length in within)
     return f"Iteration {j} (from token {it.start}): " + SENTENCES[it.kind](it) + stall
 
 
