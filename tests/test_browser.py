@@ -406,3 +406,56 @@ def test_the_newest_tree_methods_race_their_trees_on_the_picture(server, browser
     browser.find_element(By.XPATH, "//button[normalize-space()='Stop']").click()
     assert method in caption and re.search(r"pass \d+: \d+ drafts in a tree", caption), caption
     assert pixels >= 200, f"the race should outline {method}'s drafted positions ({pixels} px)"
+
+
+# for each header of Compare's table: whether every word of it lies on one line (a word broken over two
+# lines has two boxes)
+WHOLE_HEADER_WORDS = """
+const headers = arguments[0];
+const walker = document.createTreeWalker(document.getElementById('compare-table'), NodeFilter.SHOW_TEXT);
+const whole = {};
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  const text = node.data.trim();
+  if (!headers.includes(text) || text in whole) continue;
+  whole[text] = [...text.matchAll(/\\S+/g)].every(word => {
+    const range = document.createRange();
+    const start = node.data.indexOf(text) + word.index;
+    range.setStart(node, start);
+    range.setEnd(node, start + word[0].length);
+    return new Set([...range.getClientRects()].map(box => Math.round(box.top))).size === 1;
+  });
+}
+return whole;
+"""
+
+
+def test_large_type_keeps_the_prompt_and_compares_headers_whole_at_1280_pixels(server, browser):
+    """Large type at 1280 x 720 with the side panel open: a three-line prompt is shown whole (no line
+    scrolled away), and every word of Compare's headers stays on one line."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from specviz.ui.compare import COMPARE_HEADERS
+
+    browser.set_window_size(1280, 720)
+    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    browser.set_window_size(2560 - inner[0], 1440 - inner[1])
+    browser.get(server)
+    WebDriverWait(browser, 60).until(expected_conditions.presence_of_element_located((By.ID, "run-button")))
+    WebDriverWait(browser, 10).until(
+        lambda d: d.execute_script("return document.body.classList.contains('specviz-projector')")
+    )
+    browser.find_element(By.CSS_SELECTOR, "#projector input").click()  # the side panel back, the table narrower
+    browser.execute_script("document.body.classList.add('specviz-large')")
+    prompt = WebDriverWait(browser, 10).until(
+        expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, "textarea[data-testid='textbox']"))
+    )
+    prompt.clear()
+    prompt.send_keys("a smiling sun with a yellow face above a blue car on a road")
+    time.sleep(0.5)
+    scrolled, shown = browser.execute_script("return [arguments[0].scrollHeight, arguments[0].clientHeight]", prompt)
+    assert scrolled <= shown + 4, (scrolled, shown)  # a few pixels of padding, never a line
+    browser.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Compare')]").click()
+    whole = WebDriverWait(browser, 10).until(lambda d: d.execute_script(WHOLE_HEADER_WORDS, COMPARE_HEADERS) or None)
+    assert set(whole) == set(COMPARE_HEADERS) and all(whole.values()), whole

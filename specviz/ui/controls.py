@@ -337,7 +337,8 @@ def build() -> Controls:
     )
     lossy_note = gr.Markdown(visible=False, elem_classes="lossy-note")
     # the prompt limit in the browser too; the server refuses a longer one from any client (CheckedBlocks)
-    prompt = gr.Textbox(value="red apple", label="Prompt", max_lines=2, max_length=MAX_PROMPT_CHARS)
+    # up to four lines before it scrolls: in large type a two-line box cut a three-line prompt's first line
+    prompt = gr.Textbox(value="red apple", label="Prompt", max_lines=4, max_length=MAX_PROMPT_CHARS)
     with gr.Row():
         run_button = gr.Button("Run", variant="primary", elem_id="run-button")
         stop_button = gr.Button("Stop")
