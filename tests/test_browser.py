@@ -111,6 +111,13 @@ def test_press_run_and_watch_the_race(server, browser):
     assert "model passes (NFE)" in bars and "seconds" in bars and "256" in bars  # NFE and clocks as bars
     assert len([n for n in seen if n < 256]) >= 2, f"the AR image should fill in over several frames, saw {seen}"
     assert first_frame is not None and first_frame < 5.0
+    # why the seconds are not the passes: one click opens Compare's cost panel and measures
+    browser.find_element(By.ID, "why-latency").click()
+    clicked = time.perf_counter()
+    while time.perf_counter() - clicked < 60 and "one-token pass" not in _text(browser, "cost-note"):
+        time.sleep(0.1)
+    selected = browser.find_element(By.CSS_SELECTOR, "button[role=tab][aria-selected=true]").text
+    assert selected == "Compare" and "one-token pass" in _text(browser, "cost-note"), _text(browser, "cost-note")
 
 
 def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser):

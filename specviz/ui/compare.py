@@ -3,10 +3,11 @@ a model pass costs on this device, which decides whether fewer passes are faster
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import gradio as gr
+from gradio.events import Dependency
 
 from specviz import metrics, viz
 from specviz.decoding import run
@@ -92,11 +93,12 @@ class CompareTab:
     cost_button: gr.Button
     cost_note: gr.Markdown
     cost_plot: gr.Plot
+    cost_panel: gr.Accordion
     comparing: gr.State  # True while a comparison runs (Stop reads it)
 
 
 def build(method_names: list[str]) -> CompareTab:
-    with gr.Tab("Compare"):
+    with gr.Tab("Compare", id="compare"):
         methods = gr.CheckboxGroup(method_names, value=compared_methods(method_names), label="Methods")
         button = gr.Button("Compare on this prompt and seed")
         note = gr.Markdown(elem_id="compare-note")
@@ -111,12 +113,14 @@ def build(method_names: list[str]) -> CompareTab:
             elem_id="compare-table",
         )
         plot = gr.Plot()
-        with gr.Accordion("What a pass costs here (why fewer passes are not always faster)", open=False):
+        with gr.Accordion(
+            "What a pass costs here (why fewer passes are not always faster)", open=False, elem_id="cost-panel"
+        ) as cost_panel:
             cost_button = gr.Button("Measure pass costs on this device", size="sm")
             cost_note = gr.Markdown(elem_id="cost-note")
             cost_plot = gr.Plot()
     comparing = gr.State(False)
-    return CompareTab(methods, button, note, table, plot, cost_button, cost_note, cost_plot, comparing)
+    return CompareTab(methods, button, note, table, plot, cost_button, cost_note, cost_plot, cost_panel, comparing)
 
 
 def compare_seconds(request: RunRequest, selected: list[str], big: bool, night: bool) -> int:
@@ -130,8 +134,9 @@ def cost_seconds(model_name: str, prompt: str) -> int:
     return gpu_seconds(6 * len(SIZES))
 
 
-def wire(tab: CompareTab, controls: Controls, runs: gr.State):
-    """Compare and the cost panel; returns Compare's event, which Stop cancels."""
+def wire(tab: CompareTab, controls: Controls, runs: gr.State) -> tuple[Dependency, Callable[[Dependency], Dependency]]:
+    """Compare and the cost panel; returns Compare's event, which Stop cancels, and what chains the pass
+    costs' measurement after another event."""
 
     @gpu_work(model=lambda request, selected, big, night: request.model, duration=compare_seconds)
     @user_errors
@@ -206,11 +211,12 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State):
         compression = metrics.summary(state["trace"])["step_compression"] if state else None  # the last run's
         return cost_sentence(costs, compression), viz.pass_cost_figure(costs, dark=night, large=big)
 
-    tab.cost_button.click(
-        measure_costs,
-        [controls.model, controls.prompt, runs, controls.large, controls.dark],
-        [tab.cost_note, tab.cost_plot],
-        concurrency_limit=1,
-        concurrency_id="gpu",
-    )
-    return event
+    cost_inputs = [controls.model, controls.prompt, runs, controls.large, controls.dark]
+    cost_options = {"concurrency_limit": 1, "concurrency_id": "gpu"}
+    tab.cost_button.click(measure_costs, cost_inputs, [tab.cost_note, tab.cost_plot], **cost_options)
+
+    def measure_after(event: Dependency) -> Dependency:
+        """Chain the pass costs' measurement after `event` (the race tab's 'why' opens the panel first)."""
+        return event.then(measure_costs, cost_inputs, [tab.cost_note, tab.cost_plot], **cost_options)
+
+    return event, measure_after

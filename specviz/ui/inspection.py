@@ -244,7 +244,7 @@ class InspectTab:
 
 def build() -> tuple[InspectTab, dict]:
     """The tab's components; also returns its buttons by role, for `wire`."""
-    with gr.Tab("Inspect"):
+    with gr.Tab("Inspect", id="inspect"):
         with gr.Row(elem_id="inspect-slider"):
             iteration = gr.Slider(0, 1, value=0, step=1, precision=0, label="Iteration (arrow keys step)")
             play = gr.Button("Play", scale=0, size="sm", min_width=60)

@@ -106,7 +106,7 @@ def build() -> gr.Blocks:
         with gr.Row():
             with gr.Column(scale=1, min_width=300, elem_id="side-panel"):
                 side = controls.build()
-            with gr.Column(scale=3):
+            with gr.Column(scale=3), gr.Tabs() as tabs:
                 race_tab = race.build()
                 inspect_tab, inspect_buttons = inspection.build()
                 compare_tab = compare.build(controls.methods_for(default_model()))
@@ -130,7 +130,11 @@ def build() -> gr.Blocks:
                 raced = raced.success(contrast_runs, runs, runs, concurrency_id="gpu")
                 preset_races.append(raced)
                 refresh_after(raced)
-        compare_event = compare.wire(compare_tab, side, runs)
+        compare_event, measure_costs_after = compare.wire(compare_tab, side, runs)
+        opened = race_tab.why.click(
+            lambda: (gr.Tabs(selected="compare"), gr.Accordion(open=True)), None, [tabs, compare_tab.cost_panel]
+        )
+        measure_costs_after(opened)
         uploaded = replay.wire(replay_tab, side, runs, inspect_tab.iteration, inspect_tab.loaded)
         play_event, show_race_after = race.wire_play(race_tab, runs)
         show_race_after(uploaded)  # the Race tab shows an uploaded race at once; Play again races it

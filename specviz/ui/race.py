@@ -178,10 +178,11 @@ class RaceTab:
     progress_title: gr.Markdown
     activity: gr.State  # a RaceActivity while a race runs (Stop reads it), else None
     play_again: gr.Button
+    why: gr.Button  # opens Compare's cost panel and measures
 
 
 def build() -> RaceTab:
-    with gr.Tab("Race"):
+    with gr.Tab("Race", id="race"):
         # above the pictures, so that it is on the first screen of a 1280 x 720 projector, label hidden
         with gr.Row(equal_height=True):
             speed = gr.Radio(
@@ -211,6 +212,12 @@ def build() -> RaceTab:
                 progress = gr.Image(height=200, format="png", show_label=False, elem_id="race-map")
                 progress_title = gr.Markdown(elem_id="race-map-title")
         summary = gr.Markdown(elem_id="race-summary")
+        # the reason a latency speedup is not the step compression, one click away: Compare's cost panel, measured
+        why = gr.Button(
+            "Why is the latency speedup not the step compression? Measure what a pass costs here",
+            size="sm",
+            elem_id="why-latency",
+        )
         preset_note = gr.Markdown(elem_id="preset-note")
     activity = gr.State(None)
     return RaceTab(
@@ -226,6 +233,7 @@ def build() -> RaceTab:
         progress_title,
         activity,
         play_again,
+        why,
     )
 
 

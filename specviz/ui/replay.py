@@ -79,7 +79,7 @@ class ReplayTab:
 
 
 def build() -> ReplayTab:
-    with gr.Tab("Replay and export"):
+    with gr.Tab("Replay and export", id="replay"):
         gr.Markdown(
             "Upload a saved `trace.json` (for example one made on a GPU) to inspect it here without running a "
             "model. Download the current run's trace (after a race, with its AR run: `trace.json` and "
