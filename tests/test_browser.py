@@ -118,6 +118,8 @@ def test_press_run_and_watch_the_race(server, browser):
         time.sleep(0.1)
     selected = browser.find_element(By.CSS_SELECTOR, "button[role=tab][aria-selected=true]").text
     assert selected == "Compare" and "one-token pass" in _text(browser, "cost-note"), _text(browser, "cost-note")
+    tabs = [button.text for button in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]")]
+    assert tabs == ["Race", "Inspect", "Compare", "Replay and export"], tabs  # each tab under its own name
 
 
 def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser):
@@ -365,6 +367,8 @@ def test_inspect_on_a_projector_shows_the_window_and_image_first_and_answers_a_s
         time.sleep(0.1)
     browser.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Inspect')]").click()
     WebDriverWait(browser, 30).until(lambda d: None not in _shown_iteration(d))
+    tabs = [button.text for button in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]")]
+    assert tabs == ["Race", "Inspect", "Compare", "Replay and export"], tabs  # a non-tab among them shifted these
     places = browser.execute_script(INSPECT_PLACES)
     height = browser.execute_script("return window.innerHeight")
     note, steps, window, image = places

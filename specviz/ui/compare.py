@@ -119,7 +119,7 @@ def build(method_names: list[str]) -> CompareTab:
             cost_button = gr.Button("Measure pass costs on this device", size="sm")
             cost_note = gr.Markdown(elem_id="cost-note")
             cost_plot = gr.Plot()
-    comparing = gr.State(False)
+    comparing = gr.State(False, render=False)  # rendered by the page outside the tab bar (`layout`)
     return CompareTab(methods, button, note, table, plot, cost_button, cost_note, cost_plot, cost_panel, comparing)
 
 

@@ -303,8 +303,9 @@ def build() -> tuple[InspectTab, dict]:
             gr.Markdown(READING_GUIDE, elem_id="reading-guide")
         with gr.Accordion("Glossary", open=False):
             gr.Markdown(viz.GLOSSARY, elem_id="glossary")
-    timer = gr.Timer(PLAY_INTERVAL, active=False)  # outside the tab: playback goes on while another is open
-    loaded = gr.Number(0, visible="hidden", elem_id="runs-loaded")  # rendered, so that its change event fires
+    # rendered by the page outside the tab bar (`layout`): playback goes on while another tab is open
+    timer = gr.Timer(PLAY_INTERVAL, active=False, render=False)
+    loaded = gr.Number(0, visible="hidden", elem_id="runs-loaded", render=False)  # rendered: its change event fires
     views = [window_plot, iteration_image, depth_plot, map_plot, length_plot, changed_plot, race_plot, shape_plot]
     tab = InspectTab(iteration, loaded, timer, views, map_kind, contrast_button)
     buttons = {

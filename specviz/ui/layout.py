@@ -106,11 +106,16 @@ def build() -> gr.Blocks:
         with gr.Row():
             with gr.Column(scale=1, min_width=300, elem_id="side-panel"):
                 side = controls.build()
-            with gr.Column(scale=3), gr.Tabs() as tabs:
-                race_tab = race.build()
-                inspect_tab, inspect_buttons = inspection.build()
-                compare_tab = compare.build(controls.methods_for(default_model()))
-                replay_tab = replay.build()
+            with gr.Column(scale=3):
+                with gr.Tabs() as tabs:
+                    race_tab = race.build()
+                    inspect_tab, inspect_buttons = inspection.build()
+                    compare_tab = compare.build(controls.methods_for(default_model()))
+                    replay_tab = replay.build()
+                # what the tabs keep outside the tab bar: among the tabs, any component that is not a tab
+                # (even a State) shifts Gradio's tab labels by one
+                for outside in (race_tab.activity, inspect_tab.timer, inspect_tab.loaded, compare_tab.comparing):
+                    outside.render()
 
         controls.wire(side, compare_tab.methods)
         refresh_after, contrast_runs, contrast_event = inspection.wire(inspect_tab, inspect_buttons, side, runs)

@@ -219,7 +219,7 @@ def build() -> RaceTab:
             elem_id="why-latency",
         )
         preset_note = gr.Markdown(elem_id="preset-note")
-    activity = gr.State(None)
+    activity = gr.State(None, render=False)  # rendered by the page outside the tab bar (`layout`)
     return RaceTab(
         method_image,
         method_counter,
