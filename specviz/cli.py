@@ -362,7 +362,9 @@ def command_bench(args: argparse.Namespace) -> int:
     _check_run_inputs(args, methods)
     if not 1 <= args.seeds <= MAX_BENCH_SEEDS:
         raise UsageError(f"--seeds must be from 1 to {MAX_BENCH_SEEDS}")
-    prompts = [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
+    from specviz.prompt_sets import load_prompt_set
+
+    prompts = [check_prompt(prompt.text) for prompt in load_prompt_set(args.prompts, args.limit, args.category)]
 
     from specviz.bench import bench
 
@@ -598,7 +600,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _model_arguments(bench_parser)
     bench_parser.add_argument("--methods", default="ar", help="comma-separated methods (default ar)")
-    bench_parser.add_argument("--prompts", help="text file, one prompt per line (default: the shipped set)")
+    bench_parser.add_argument(
+        "--prompts",
+        help="parti (PartiPrompts, 1,632), geneval (553), dpg (DPG-Bench, 1,065), imagenet (1,000 classes), or a "
+        "text file with one prompt per line (default: the shipped examples)",
+    )
+    bench_parser.add_argument("--limit", type=integer, help="only the first N prompts (after --category)")
+    bench_parser.add_argument(
+        "--category", help="only the prompts of this category (Parti's category, GenEval's tag, DPG-Bench's source)"
+    )
     bench_parser.add_argument("--seeds", type=integer, default=2, help="seeds 0..K-1 per prompt (default 2)")
     bench_parser.add_argument("--json", help="also write the results to this JSON file")
     bench_parser.add_argument(
