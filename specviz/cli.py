@@ -602,8 +602,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_parser.add_argument("--methods", default="ar", help="comma-separated methods (default ar)")
     bench_parser.add_argument(
         "--prompts",
-        help="parti (PartiPrompts, 1,632), geneval (553), dpg (DPG-Bench, 1,065), imagenet (1,000 classes), or a "
-        "text file with one prompt per line (default: the shipped examples)",
+        help="parti (PartiPrompts, 1,632), coco (COCO-2017 val captions, 5,000), geneval (553), dpg (DPG-Bench, "
+        "1,065), imagenet (1,000 classes), or a text file with one prompt per line (default: the shipped examples)",
     )
     bench_parser.add_argument("--limit", type=integer, help="only the first N prompts (after --category)")
     bench_parser.add_argument(

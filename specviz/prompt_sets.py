@@ -1,6 +1,7 @@
 """The benchmark prompt sets the papers report on, shipped with their licences (`data/prompt_sets/CREDITS.md`):
-PartiPrompts, GenEval and DPG-Bench for text-to-image models, ImageNet's classes for class-conditional ones,
-or a file of one's own. `bench --prompts NAME --limit N --category C` reads them through `load_prompt_set`."""
+PartiPrompts, COCO-2017 captions, GenEval and DPG-Bench for text-to-image models, ImageNet's classes for
+class-conditional ones, or a file of one's own. `bench --prompts NAME --limit N --category C` reads them
+through `load_prompt_set`."""
 
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ def _parti() -> list[BenchPrompt]:
         return [BenchPrompt(row["Prompt"].strip(), row["Category"]) for row in csv.DictReader(rows, delimiter="\t")]
 
 
-def _jsonl(name: str, category: str) -> list[BenchPrompt]:
+def _jsonl(name: str, category: str | None) -> list[BenchPrompt]:
     lines = (FOLDER / name).read_text(encoding="utf-8").splitlines()
-    return [BenchPrompt(entry["prompt"].strip(), entry[category]) for entry in map(json.loads, lines)]
+    return [
+        BenchPrompt(entry["prompt"].strip(), entry[category] if category else "") for entry in map(json.loads, lines)
+    ]
 
 
 def _imagenet() -> list[BenchPrompt]:
@@ -42,6 +45,7 @@ def _imagenet() -> list[BenchPrompt]:
 
 SHIPPED = {
     "parti": _parti,
+    "coco": lambda: _jsonl("coco.jsonl", None),  # one caption per image: the first annotated
     "geneval": lambda: _jsonl("geneval.jsonl", "tag"),
     "dpg": lambda: _jsonl("dpg.jsonl", "source"),
     "imagenet": _imagenet,

@@ -7,7 +7,7 @@ import pytest
 
 from specviz.cli import main
 from specviz.inputs import PromptFileError
-from specviz.prompt_sets import SHIPPED, load_prompt_set
+from specviz.prompt_sets import FOLDER, SHIPPED, load_prompt_set
 
 PARTI_CATEGORIES = [
     "Abstract", "Animals", "Artifacts", "Arts", "Food & Beverage", "Illustrations", "Indoor Scenes",
@@ -18,7 +18,7 @@ PARTI_CATEGORIES = [
 @pytest.mark.parametrize(
     "name, count, categories",
     # ImageNet: 999 names for 1,000 classes, as "crane" is both the bird (134) and the machine (517)
-    [("parti", 1632, 12), ("geneval", 553, 6), ("dpg", 1065, 12), ("imagenet", 1000, 999)],
+    [("parti", 1632, 12), ("coco", 5000, 1), ("geneval", 553, 6), ("dpg", 1065, 12), ("imagenet", 1000, 999)],
 )
 def test_each_shipped_set_is_read_whole_with_its_categories(name, count, categories):
     prompts = load_prompt_set(name)
@@ -36,7 +36,15 @@ def test_the_sets_hold_what_their_sources_publish():
     assert sum(prompt.category == "partiprompts" for prompt in dpg) == 324 and min(len(p.text) for p in dpg) > 200
     imagenet = load_prompt_set("imagenet")
     assert (imagenet[207].text, imagenet[207].category) == ("207", "golden retriever")
-    assert set(SHIPPED) == {"parti", "geneval", "dpg", "imagenet"}
+    coco = [json.loads(line) for line in (FOLDER / "coco.jsonl").read_text().splitlines()]
+    ids = [entry["image_id"] for entry in coco]
+    assert ids == sorted(set(ids)) and len(ids) == 5000  # one caption per image, images in id order
+    assert coco[0] == {
+        "image_id": 139,
+        "caption_id": 372891,
+        "prompt": "A woman stands in the dining area at the table.",
+    }
+    assert set(SHIPPED) == {"parti", "coco", "geneval", "dpg", "imagenet"}
 
 
 def test_a_category_and_a_limit_select_in_order(tmp_path):
