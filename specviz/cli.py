@@ -323,14 +323,33 @@ def command_gpu_report(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if _cuda_available() else "cpu")
     check_device(device)
     out = check_output_folder(args.out, ("report.md", "report.json"))
+    if args.minutes is not None and not 0 < args.minutes <= 600:
+        raise UsageError("--minutes must be above 0 and at most 600")
+    from specviz.gpu_report import SECTIONS, gpu_report
 
-    from specviz.gpu_report import gpu_report
-
+    only = None if args.only is None else [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(only or ()) - set(SECTIONS))
+    if only is not None and (unknown or not only):
+        raise UsageError(f"--only takes sections from {', '.join(SECTIONS)}, not {', '.join(unknown) or 'nothing'}")
     configure_threads()
+    budget = None if args.minutes is None else args.minutes * 60
     with output_folder(out):
-        report = gpu_report(device, out)
+        report = gpu_report(device, out, budget_s=budget, only=only)
     print((out / "report.md").read_text())
     print(f"wrote {shown_path(out / 'report.md')} and report.json in {sum(report['seconds'].values()):.0f} s")
+    return 0
+
+
+def command_prompt_vectors(args: argparse.Namespace) -> int:
+    out = check_output_file(args.out)
+    from specviz.models.tiny.text import write_prompt_vectors
+    from specviz.prompt_sets import load_prompt_set
+
+    prompts = [check_prompt(prompt.text) for prompt in load_prompt_set(args.prompts, args.limit)]
+    prompts += [check_prompt(prompt) for prompt in args.prompt or ()]
+    write_prompt_vectors(prompts, out)
+    print(f"wrote the vectors of {len(set(prompts))} prompts to {shown_path(out)}; read them with "
+          f"SPECVIZ_PROMPT_VECTORS={shown_path(out)} where the text encoder is not installed")  # fmt: skip
     return 0
 
 
@@ -590,7 +609,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report_parser.add_argument("--out", required=True, help="folder for report.md and report.json")
     report_parser.add_argument("--device", default=None, help="torch device (default: cuda where there is one)")
+    report_parser.add_argument(
+        "--minutes", type=number, help="start no section after this many minutes (those left are listed as not run)"
+    )
+    report_parser.add_argument("--only", help="comma-separated sections to run (default: all, in the report's order)")
     report_parser.set_defaults(handler=command_gpu_report)
+
+    vectors_parser = commands.add_parser(
+        "prompt-vectors",
+        help="write the embedded models' prompt vectors to a file, for a machine without the text encoder "
+        "(run there with SPECVIZ_PROMPT_VECTORS=FILE)",
+    )
+    vectors_parser.add_argument("--out", required=True, help="the .safetensors file to write")
+    vectors_parser.add_argument(
+        "--prompts", help="a shipped set (parti, coco, ...) or a text file (default: the shipped examples)"
+    )
+    vectors_parser.add_argument("--limit", type=integer, help="only the first N prompts of the set")
+    vectors_parser.add_argument("--prompt", action="append", help="one more prompt (repeatable)")
+    vectors_parser.set_defaults(handler=command_prompt_vectors)
 
     models_parser = commands.add_parser("models", help="list registered models and which run offline")
     models_parser.set_defaults(handler=command_models)

@@ -10,10 +10,13 @@ Emu3, LlamaGen-XL): AR's time per token, pass costs, each method's pass and what
 target's forward, peak memory, and the latency each method would reach at its paper's step compression;
 and MAR-B, -L and -H's pass costs, which give CSpD's cost ratio c.
 
-On a CUDA device it runs the shipped prompts x 2 seeds with 10 timed repeats of each pass, for every
+On a CUDA device it runs the shipped prompts x 1 seed with 10 timed repeats of each pass, for every
 method, and the shapes at full size. Elsewhere it runs the same sections at a reduced size, so the command
 itself is tested on the CPU: one prompt, one seed, two repeats, `tiny` and the continuous pair, one method
 of each family, two release shapes cut down to two thin layers, no MAR.
+The steps run in the order `sections` gives (checks, release shapes, MAR, then the embedded models'
+benches), the report is rewritten after each, and `budget_s` starts no step after its time: a lent GPU's
+few minutes end in a report of what matters most, with the rest named as not run.
 A run's seconds are wall time. Every pass ends in its one read of the record to the host, so on a GPU
 that time covers the device's work. Writes report.md and report.json.
 """
@@ -25,6 +28,7 @@ import platform
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -56,7 +60,7 @@ class Plan:
     seeds: tuple[int, ...]
     repeats: int
     sizes: tuple[int, ...]
-    models: tuple[str, ...] = (*DISCRETE_MODELS, CONTINUOUS_MODEL)
+    models: tuple[str, ...] = ("tiny", CONTINUOUS_MODEL, "tiny-uncertain")
     benched: tuple[str, ...] | None = None  # the methods bench runs (None: all); host reads count every method
     shapes: tuple[str, ...] = tuple(release_shapes())  # the releases' shapes with random weights
     shape_scale: float = 1.0  # below 1: every width divided, two layers (the CPU's check of the code)
@@ -66,12 +70,31 @@ class Plan:
 
 def plan_for(device: torch.device) -> Plan:
     if device.type == "cuda":
-        return Plan(tuple(read_prompts(None)), (0, 1), 10, PASS_SIZES)
+        return Plan(tuple(read_prompts(None)), (0,), 10, PASS_SIZES)
     # on a CPU, a check that the command works: one model of each kind, one method of each family, two
     # release shapes cut down (a transformers family and LlamaGen's own GPT), no MAR
     reduced_shapes = {"shapes": ("lumina-mgpt-7b", "llamagen-xl"), "shape_scale": 1 / 32, "shape_passes": 2, "mar": ()}
     methods = ("ar", "sjd", "eagle2", "cspd")
     return Plan(("red apple",), (0,), 2, (1, 17), ("tiny", CONTINUOUS_MODEL), methods, **reduced_shapes)
+
+
+def sections(plan: Plan) -> list[tuple[str, str]]:
+    """(section, step) in the order they run: the checks first, then the release shapes and MAR (the
+    papers' models, where their latency claims live), then each embedded model's bench. A report cut
+    short by its time budget keeps what matters most."""
+    steps = [("tests", "tests")]
+    first, *others = plan.models
+    steps += [(first, "host reads"), (first, "pass cost")]
+    steps += [("shapes", name) for name in plan.shapes]
+    steps += [("mar", "pass costs")] if plan.mar else []
+    steps += [(first, "bench")]
+    for name in others:
+        steps += [(name, "host reads")] if name != CONTINUOUS_MODEL else []  # the pair reads on the host by design
+        steps += [(name, "pass cost"), (name, "bench")]
+    return steps
+
+
+SECTIONS = ("tests", *DISCRETE_MODELS, CONTINUOUS_MODEL, "shapes", "mar")
 
 
 def machine(device: torch.device) -> dict:
@@ -117,27 +140,52 @@ def cuda_tests() -> dict:
             "output": "\n".join(lines[-40:])}  # fmt: skip
 
 
-def measure_model(name: str, device: str, plan: Plan, report: dict) -> None:
-    """One embedded model's sections into `report`, each section's seconds into report["seconds"]."""
-    model = load_model(name, device=device)
-    kind = "iterate_continuous" if name == CONTINUOUS_MODEL else "iterate"
-    methods = [method for method, spec in METHODS.items() if getattr(spec, kind) is not None]
-    clock = time.perf_counter()
-    if name != CONTINUOUS_MODEL:  # the pair's loop reads on the host by design (docs/methods.md)
-        report["host_reads"] += host_read_rows(model, methods)
-        report["seconds"][f"{name}: host reads"], clock = round(time.perf_counter() - clock, 1), time.perf_counter()
-    costs = pass_costs(model, plan.prompts[0], plan.sizes, plan.repeats)
-    report["pass_cost"][name] = {"costs": [asdict(cost) for cost in costs], "sentence": cost_sentence(costs)}
-    report["seconds"][f"{name}: pass cost"], clock = round(time.perf_counter() - clock, 1), time.perf_counter()
-    sampling = model.default_sampling
-    benched = [method for method in methods if plan.benched is None or method in plan.benched]
-    measured = bench(model, benched, list(plan.prompts), plan.seeds, sampling, compare_generate=False)
-    report["bench"][name] = {"table": measured.to_dict(), "markdown": measured.markdown()}
-    report["seconds"][f"{name}: bench"] = round(time.perf_counter() - clock, 1)
+class Models:
+    """Each embedded model loaded once, on first use."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.loaded: dict = {}
+
+    def __getitem__(self, name: str):
+        if name not in self.loaded:
+            self.loaded[name] = load_model(name, device=self.device)
+        return self.loaded[name]
 
 
-def gpu_report(device: str, out: Path, plan: Plan | None = None) -> dict:
-    """Measure every section on `device`, write report.json and report.md into `out`, return the report."""
+def measure_step(section: str, step: str, plan: Plan, place: torch.device, models: Models, report: dict) -> None:
+    """One step of the report into `report`."""
+    if section == "tests":
+        report["tests"] = cuda_tests()
+    elif section == "shapes":
+        shape = release_shapes()[step].scaled(plan.shape_scale)
+        report["shapes"].append(measure_shape(shape, place, plan.sizes, plan.repeats, plan.shape_passes))
+    elif section == "mar":
+        costs = {name: mar_costs(name, place, list(MAR_ROWS), repeats=3) for name in plan.mar}
+        report["mar"] = {"costs": {name: [asdict(cost) for cost in rows] for name, rows in costs.items()},
+                         "markdown": cost_table(costs, place)}  # fmt: skip
+    else:
+        model = models[section]
+        kind = "iterate_continuous" if section == CONTINUOUS_MODEL else "iterate"
+        methods = [method for method, spec in METHODS.items() if getattr(spec, kind) is not None]
+        if step == "host reads":
+            report["host_reads"] += host_read_rows(model, methods)
+        elif step == "pass cost":
+            costs = pass_costs(model, plan.prompts[0], plan.sizes, plan.repeats)
+            report["pass_cost"][section] = {"costs": [asdict(cost) for cost in costs], "sentence": cost_sentence(costs)}
+        else:
+            benched = [method for method in methods if plan.benched is None or method in plan.benched]
+            sampling = model.default_sampling
+            measured = bench(model, benched, list(plan.prompts), plan.seeds, sampling, compare_generate=False)
+            report["bench"][section] = {"table": measured.to_dict(), "markdown": measured.markdown()}
+
+
+def gpu_report(
+    device: str, out: Path, plan: Plan | None = None, budget_s: float | None = None, only: list[str] | None = None
+) -> dict:
+    """Measure every section on `device` (those in `only`, where given), writing report.json and report.md
+    into `out` after each step, so a run cut off keeps what it measured; no step starts after `budget_s`
+    seconds. A step that fails is recorded with its error and the report goes on."""
     place = torch.device(device)
     plan = plan or plan_for(place)
     report: dict = {
@@ -148,27 +196,38 @@ def gpu_report(device: str, out: Path, plan: Plan | None = None) -> dict:
         "bench": {},
         "shapes": [],
         "seconds": {},
+        "errors": {},
+        "not_run": [],
     }
+    models = Models(device)
     started = time.perf_counter()
-    report["tests"] = cuda_tests()
-    report["seconds"]["CUDA tests"] = round(time.perf_counter() - started, 1)
-    for name in plan.models:
-        measure_model(name, device, plan, report)
-    for name in plan.shapes:
-        clock = time.perf_counter()
-        shape = release_shapes()[name].scaled(plan.shape_scale)
-        report["shapes"].append(measure_shape(shape, place, plan.sizes, plan.repeats, plan.shape_passes))
-        report["seconds"][f"{name} shape"] = round(time.perf_counter() - clock, 1)
-    if plan.mar:
-        clock = time.perf_counter()
-        costs = {name: mar_costs(name, place, list(MAR_ROWS), repeats=3) for name in plan.mar}
-        report["mar"] = {"costs": {name: [asdict(cost) for cost in rows] for name, rows in costs.items()},
-                         "markdown": cost_table(costs, place)}  # fmt: skip
-        report["seconds"]["MAR pass costs"] = round(time.perf_counter() - clock, 1)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1))
-    (out / "report.md").write_text(markdown(report))
+    for section, step in sections(plan):
+        name = section if section == step else f"{section}: {step}"
+        if only is not None and section not in only:
+            continue
+        if budget_s is not None and time.perf_counter() - started > budget_s:
+            report["not_run"].append(name)
+            continue
+        print(f"[{time.perf_counter() - started:6.0f} s] {name}", flush=True)
+        clock = time.perf_counter()
+        try:
+            measure_step(section, step, plan, place, models, report)
+        except Exception as error:  # recorded, and the next section still runs (a broken CUDA path is a finding)
+            report["errors"][name] = "".join(traceback.format_exception_only(error)).strip()[-2000:]
+            print(traceback.format_exc(), flush=True)
+        report["seconds"][name] = round(time.perf_counter() - clock, 1)
+        write_report(report, out)
+    write_report(report, out)
     return report
+
+
+def write_report(report: dict, out: Path) -> None:
+    """report.json and report.md, each written whole to a temporary name and then moved into place."""
+    for name, text in (("report.json", json.dumps(report, indent=1)), ("report.md", markdown(report))):
+        partial = out / f".{name}.partial"
+        partial.write_text(text)
+        partial.replace(out / name)
 
 
 def markdown(report: dict) -> str:
@@ -184,8 +243,7 @@ def markdown(report: dict) -> str:
         "",
         "## Tests marked for CUDA",
         "",
-        f"`python -m pytest -m cuda tests/test_cuda.py`: {report['tests']['summary']}",
-        *(["", "```", report["tests"]["output"], "```"] if report["tests"].get("returncode") else []),
+        *_tests_lines(report.get("tests")),
         "",
         "## Host reads per pass",
         "",
@@ -210,6 +268,18 @@ def markdown(report: dict) -> str:
         lines += ["", *shapes_markdown(report["shapes"])]
     if "mar" in report:
         lines += ["", "## MAR: CSpD's cost ratio", "", report["mar"]["markdown"]]
+    if report["errors"]:
+        lines += ["", "## Sections that failed", ""]
+        lines += [f"- {name}: `{error.splitlines()[-1]}`" for name, error in report["errors"].items()]
+    if report["not_run"]:
+        lines += ["", "## Not run: the time budget ran out", "", ", ".join(report["not_run"])]
     lines += ["", "## Time per section", "", "| section | seconds |", "|---|---:|"]
     lines += [f"| {name} | {value} |" for name, value in report["seconds"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _tests_lines(tests: dict | None) -> list[str]:
+    if tests is None:
+        return ["not run"]
+    lines = [f"`python -m pytest -m cuda tests/test_cuda.py`: {tests['summary']}"]
+    return lines + (["", "```", tests["output"], "```"] if tests.get("returncode") else [])

@@ -64,12 +64,15 @@ def test_passes_make_no_sync_but_the_intended_ones(tiny_cuda, method):
     assert all(record is not None for record in records)
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize(
     ("method", "params"), [("ar", {}), ("sjd", {}), ("scd-mc", {}), ("eagle2", {"drafter": "head"})]
 )
-def test_exact_on_the_gpus_own_random_streams(method, params):
-    """The llama toy on the GPU, every random number drawn there: the samples match its exact AR law."""
-    report = check_lossless(method, samples=5000, toy="llama", params=params, device="cuda")
+def test_exact_on_the_gpus_own_random_streams(method, params, full_stats):
+    """The llama toy on the GPU, every random number drawn there: the samples match its exact AR law (at
+    test_lossless's sizes for this toy: 3,000 images with --full-stats, else 1,500)."""
+    samples = 3000 if full_stats else 1500
+    report = check_lossless(method, samples=samples, toy="llama", params=params, device="cuda")
     assert report.matches, report.summary()
 
 

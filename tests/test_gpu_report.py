@@ -36,11 +36,16 @@ def test_the_reduced_report_times_passes_and_benches_a_method_of_each_family(rep
     assert tiny["sjd"]["mean_nfe"] < 256 and tiny["eagle2"]["trees"]["tau"] > 1
     pair = {row["method"] for row in data["bench"]["tiny-continuous"]["table"]["results"]}
     assert pair == {"ar", "cspd"}
-    assert set(data["seconds"]) == {f"{m}: {s}" for m in plan.models for s in ("pass cost", "bench")} | {
+    assert list(data["seconds"]) == [
+        "tests",
         "tiny: host reads",
-        "CUDA tests",
-        *(f"{name} shape" for name in plan.shapes),
-    }
+        "tiny: pass cost",
+        *(f"shapes: {name}" for name in plan.shapes),
+        "tiny: bench",
+        "tiny-continuous: pass cost",
+        "tiny-continuous: bench",
+    ]
+    assert data["errors"] == {} and data["not_run"] == []
     assert "## Every method against AR" in page and "| sjd | yes |" in page
 
 
@@ -92,3 +97,32 @@ def test_the_release_shapes_have_the_releases_sizes():
     expected["llamagen-xl"] = 0.775e9 - 16384 * 1280
     sizes = {name: decoder_parameters(ShapeModel(shape, "meta")) for name, shape in release_shapes().items()}
     assert sizes == pytest.approx(expected, rel=0.01)
+
+
+def test_a_budget_keeps_what_was_measured_and_lists_what_was_not(tmp_path, capsys):
+    """A lent GPU's minutes are few: no step starts after --minutes, the report is written after every step,
+    and the steps left are named as not run."""
+    out = tmp_path / "report"
+    assert main(["gpu-report", "--out", str(out), "--device", "cpu", "--only", "tiny,mar", "--minutes", "0.001"]) == 0
+    data = json.loads((out / "report.json").read_text())
+    assert list(data["seconds"]) == ["tiny: host reads"]  # the first step starts; the budget is spent by its end
+    assert data["not_run"] == ["tiny: pass cost", "tiny: bench"]  # mar has no step in the reduced plan
+    assert "## Not run: the time budget ran out" in (out / "report.md").read_text()
+    assert not list(out.glob(".*.partial"))
+    assert main(["gpu-report", "--out", str(tmp_path / "other"), "--device", "cpu", "--only", "gpu"]) == 2
+    assert "--only takes sections from tests, tiny" in capsys.readouterr().err
+
+
+def test_a_step_that_fails_is_recorded_and_the_report_goes_on(tmp_path, monkeypatch):
+    from specviz import gpu_report as module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(module, "host_read_rows", broken)
+    plan = module.plan_for(__import__("torch").device("cpu"))
+    report = module.gpu_report("cpu", tmp_path, plan, only=["tiny"], budget_s=None)
+    failure = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert report["errors"] == {"tiny: host reads": failure}
+    assert list(report["pass_cost"]) == list(report["bench"]) == ["tiny"]
+    assert "tiny: host reads: `RuntimeError: CUDA error" in (tmp_path / "report.md").read_text()

@@ -1,98 +1,74 @@
 """Pure functions from a Trace to plotly figures, animation frames and words (see DESIGN.md); the numbers
-they draw come from `specviz.metrics`."""
+they draw come from `specviz.metrics`.
 
-from specviz.viz.continuous import (
-    acceptance_by_step,
-    acceptance_by_step_figure,
-    ratio_bars_figure,
-    token_source_figure,
-    token_sources,
-    trajectory_figure,
-)
-from specviz.viz.figures import (
-    acceptance_map_figure,
-    accepted_length_figure,
-    changed_figure,
-    comparison_figure,
-    message_figure,
-    pass_caption,
-    pass_cost_figure,
-    race_figure,
-    window_figure,
-)
-from specviz.viz.frames import (
-    ExportError,
-    Panel,
-    animation,
-    export_scale,
-    frame,
-    iteration_after,
-    pass_overlay,
-    save_gif,
-    save_mp4,
-    slide_frame,
-    slide_title,
-    write_animation,
-)
-from specviz.viz.narration import (
-    GLOSSARY,
-    JUMPS,
-    iteration_sentence,
-    jump,
-    latency_text,
-    latency_verdict,
-    ratio_text,
-    spread_text,
-)
-from specviz.viz.palette import FATES, OKABE_ITO, STATES, colors, swatches, theme
-from specviz.viz.progress import progress_map
-from specviz.viz.trees import depth_map_figure, tau_figure, tree_figure, tree_shape_figure
+Names are imported from their modules on first use (PEP 562), so the headless commands that only need
+words (bench, the GPU report) import neither plotly nor matplotlib: a GPU machine without them runs those.
+"""
 
-__all__ = [
-    "FATES",
-    "GLOSSARY",
-    "JUMPS",
-    "OKABE_ITO",
-    "STATES",
-    "ExportError",
-    "Panel",
-    "acceptance_by_step",
-    "acceptance_by_step_figure",
-    "acceptance_map_figure",
-    "accepted_length_figure",
-    "animation",
-    "changed_figure",
-    "colors",
-    "comparison_figure",
-    "depth_map_figure",
-    "export_scale",
-    "frame",
-    "iteration_after",
-    "iteration_sentence",
-    "jump",
-    "latency_text",
-    "latency_verdict",
-    "message_figure",
-    "pass_caption",
-    "pass_cost_figure",
-    "pass_overlay",
-    "progress_map",
-    "race_figure",
-    "ratio_bars_figure",
-    "ratio_text",
-    "save_gif",
-    "save_mp4",
-    "slide_frame",
-    "slide_title",
-    "spread_text",
-    "swatches",
-    "tau_figure",
-    "theme",
-    "token_source_figure",
-    "token_sources",
-    "trajectory_figure",
-    "tree_figure",
-    "tree_shape_figure",
-    "window_figure",
-    "write_animation",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "continuous": (
+        "acceptance_by_step",
+        "acceptance_by_step_figure",
+        "ratio_bars_figure",
+        "token_source_figure",
+        "token_sources",
+        "trajectory_figure",
+    ),
+    "figures": (
+        "acceptance_map_figure",
+        "accepted_length_figure",
+        "changed_figure",
+        "comparison_figure",
+        "message_figure",
+        "pass_caption",
+        "pass_cost_figure",
+        "race_figure",
+        "window_figure",
+    ),
+    "frames": (
+        "ExportError",
+        "Panel",
+        "animation",
+        "export_scale",
+        "frame",
+        "iteration_after",
+        "pass_overlay",
+        "save_gif",
+        "save_mp4",
+        "slide_frame",
+        "slide_title",
+        "write_animation",
+    ),
+    "narration": (
+        "GLOSSARY",
+        "JUMPS",
+        "iteration_sentence",
+        "jump",
+        "latency_text",
+        "latency_verdict",
+        "ratio_text",
+        "spread_text",
+    ),
+    "palette": ("FATES", "OKABE_ITO", "STATES", "colors", "swatches", "theme"),
+    "progress": ("progress_map",),
+    "trees": ("depth_map_figure", "tau_figure", "tree_figure", "tree_shape_figure"),
+}
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'specviz.viz' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"specviz.viz.{_MODULE_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -2,15 +2,25 @@
 
 The sentence-transformers recipe (mean of token states over the attention mask, then L2
 normalisation) is three lines, so transformers' AutoModel is enough and loads faster.
+
+A machine that cannot install the package (a lent GPU that reaches no registry; its 90 MB of weights
+would not travel) reads vectors computed elsewhere instead: `python -m specviz prompt-vectors --out F`
+writes them, and `SPECVIZ_PROMPT_VECTORS=F` makes every embedded model read its prompts from F.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 TEXT_DIM = 384
+VECTORS_ENV_VAR = "SPECVIZ_PROMPT_VECTORS"
 
 
 class TextEncoder:
@@ -40,10 +50,40 @@ class TextEncoder:
         return torch.cat(out)
 
 
+class StoredVectors:
+    """The encoder's vectors of a fixed list of prompts, read from a file `write_prompt_vectors` made."""
+
+    def __init__(self, path: Path) -> None:
+        with safe_open(str(path), framework="pt") as stored:
+            prompts = json.loads((stored.metadata() or {}).get("prompts", "[]"))
+            vectors = stored.get_tensor("vectors")
+        self.path = path
+        self.rows = {prompt: row for row, prompt in enumerate(prompts)}
+        self.vectors = vectors
+
+    def __call__(self, texts: list[str], batch_size: int = 256) -> torch.Tensor:
+        missing = [text for text in texts if text not in self.rows]
+        if missing:
+            raise ValueError(
+                f"no stored vector for the prompt {missing[0]!r} in {self.path} ({VECTORS_ENV_VAR}); write one "
+                "with `python -m specviz prompt-vectors --prompt ...` where the text encoder is installed"
+            )
+        return self.vectors[[self.rows[text] for text in texts]]
+
+
+def write_prompt_vectors(prompts: list[str], path: Path) -> None:
+    """The encoder's vectors of `prompts` into a safetensors file, the prompts in its metadata."""
+    unique = list(dict.fromkeys(prompts))
+    vectors = TextEncoder()(unique).contiguous()
+    save_file({"vectors": vectors}, str(path), metadata={"prompts": json.dumps(unique)})
+
+
 @functools.cache
-def shared_text_encoder() -> TextEncoder:
-    """One encoder per process: loading it takes seconds, and every session needs it."""
-    return TextEncoder()
+def shared_text_encoder() -> TextEncoder | StoredVectors:
+    """One encoder per process (loading it takes seconds, and every session needs it), or the stored
+    vectors that `SPECVIZ_PROMPT_VECTORS` names."""
+    stored = os.environ.get(VECTORS_ENV_VAR)
+    return StoredVectors(Path(stored)) if stored else TextEncoder()
 
 
 @functools.lru_cache(maxsize=4)
