@@ -133,11 +133,13 @@ def cuda_tests() -> dict:
     tests = Path(__file__).resolve().parents[1] / "tests"
     if not (tests / "test_cuda.py").is_file():
         return {"summary": "not run: no tests folder beside the package (an installed copy)", "returncode": None}
-    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "cuda", "-n", "0", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-m", "cuda", "-n", "0", "-p", "no:cacheprovider"]
     done = subprocess.run([*command, str(tests / "test_cuda.py")], capture_output=True, text=True, cwd=tests.parent)
     lines = done.stdout.strip().splitlines()
+    # every failing test by name (pytest's short summary), then the end of the output
+    outcomes = [line for line in lines if line.startswith(("FAILED", "ERROR", "SKIPPED"))]
     return {"summary": lines[-1] if lines else done.stderr.strip()[-300:], "returncode": done.returncode,
-            "output": "\n".join(lines[-40:])}  # fmt: skip
+            "output": "\n".join([*outcomes, *lines[-40:]])}  # fmt: skip
 
 
 class Models:

@@ -97,7 +97,7 @@ def exact_distribution(model, sampling: SamplingSettings) -> dict[tuple[int, ...
             sequence = list(layout)
             for position, token in zip(cells, image, strict=True):
                 sequence[position] = token
-            raw = model.reference_raw_logits(sequence)
+            raw = model.reference_raw_logits(sequence).cpu()  # the reference is computed on the CPU, in float64
             probability = 1.0  # layout slots are forced: their token has probability one
             for position in cells:
                 guided = reference_guidance(raw[:, position], sampling.guidance_scale)

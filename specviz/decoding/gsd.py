@@ -49,7 +49,7 @@ def dynamic_groups(
     similar_mass = (candidate_p - p_draft).abs() < prob_gap
     latent_near = (candidates[:, :, None] == near[drafts][:, None, :]).any(-1)
     member = similar_mass & latent_near
-    member[:, 0] = True
+    member[:, 0].fill_(True)  # fill_, not `= True`: on CUDA that reads a CPU scalar
     return candidates, member
 
 

@@ -240,7 +240,7 @@ class PacWindow:
         width = self.params.candidates
         candidates = self.first[:, None].repeat(1, width)
         drawable = torch.zeros_like(candidates, dtype=torch.bool)
-        drawable[:, 0] = True
+        drawable[:, 0].fill_(True)  # fill_, not `= True`: on CUDA that reads a CPU scalar
         if width > 1 and levels:
             q = self.q[:levels]
             uniform = torch.rand(q.shape, generator=self.generator, device=self.device).clamp(min=1e-20)

@@ -5,6 +5,9 @@ there, unseen by any Python-level count). Checks that read a value only on a CPU
 multinomial's argument check (`_assert_async`, which on CUDA asserts on the device) and one_hot's range
 check (skipped on CUDA, where scatter asserts instead). A `.tolist()` reads without an `aten::item` on
 a CPU (on CUDA it is a copy to the host): a pass's one intended read is counted apart from these.
+Seen on an H200 and not on a CPU: `x[:, 0] = True` on a CUDA tensor wraps the number in a CPU tensor
+that `fill_` reads back (an `aten::item` of a CPU scalar, no sync, but counted); the passes write
+`x[:, 0].fill_(True)` instead, so the count on a GPU stays a count of syncs.
 
 On CUDA, `torch.cuda.set_sync_debug_mode("error")` turns every other synchronisation into an error
 (`specviz.syncing`).

@@ -159,7 +159,7 @@ def only_the_forced(tokens: torch.Tensor, log_conf: torch.Tensor, forced: int) -
     if forced == IMAGE_CELL:
         return tokens, log_conf
     log_conf = torch.full_like(log_conf, float("-inf"))
-    log_conf[:, 0] = 0.0
+    log_conf[:, 0].fill_(0.0)  # fill_, not `= 0.0`: on CUDA that reads a CPU scalar
     return torch.full_like(tokens, forced), log_conf
 
 

@@ -490,6 +490,7 @@ def wire_play(tab: RaceTab, runs: gr.State) -> tuple[Dependency, Callable[[Depen
             yield {outputs[name]: value for name, value in frame.items()}
 
     @user_errors
+    @VIEWER_WORK.drawing  # it draws on the compute thread: a timing round it overlaps is timed again
     def play(state: dict, speed: str) -> Iterator[dict]:
         yield from keyed(play_frames(state, speed == "slow"))
 

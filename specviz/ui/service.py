@@ -5,6 +5,7 @@ without stack traces, decoded pictures, export folders, and where to serve."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import itertools
@@ -98,17 +99,31 @@ class ViewerWork:
         return self._count
 
     def drawing(self, fn: Callable) -> Callable:
-        """`fn`, counted when it starts and when it ends (a round that overlaps it in any way sees a move)."""
+        """`fn`, counted when it starts and when it ends (a round that overlaps it in any way sees a move);
+        a generator (Play again's frames) from its first frame to its last."""
+        if _is_generator(fn):
+
+            @functools.wraps(fn)
+            def counted_frames(*args):
+                with self.busy():
+                    yield from fn(*args)
+
+            return counted_frames
 
         @functools.wraps(fn)
         def counted(*args):
-            self._note(+1)
-            try:
+            with self.busy():
                 return fn(*args)
-            finally:
-                self._note(-1)
 
         return counted
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        self._note(+1)
+        try:
+            yield
+        finally:
+            self._note(-1)
 
     def settle(self, quiet: float = 0.3, limit: float = 2.0) -> None:
         """Wait until no drawing has run for `quiet` seconds, `limit` at most: a race that has just handed
