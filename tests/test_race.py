@@ -70,6 +70,33 @@ def test_timing_gives_way_after_every_pass_and_times_a_disturbed_round_again(tin
     assert list(never_quiet) == []  # no time left and no quiet round: nothing timed, the race's clocks stay
 
 
+def test_a_round_timed_inside_a_playback_sees_the_viewers_drawing(tiny):
+    """Play again draws frames on the compute thread for as long as it plays: a round timed wholly inside it
+    (no drawing started or ended meanwhile) is disturbed too, and timed again once the playback ends."""
+    from specviz.ui.service import ViewerWork
+
+    work = ViewerWork()
+
+    @work.drawing
+    def playback():
+        yield "first frame"
+        yield "last frame"
+
+    frames = playback()
+    next(frames)  # playing: every look at the count sees a move
+    assert work() != work()
+    list(frames)  # over: the count is still
+    assert work() == work()
+    trace = run(tiny, "ar", "sun", 0)
+    playing = playback()
+    next(playing)
+    rounds = [item for item in race.retimed(tiny, [trace], repeats=2, budget=0.01, interruptions=work) if item]
+    assert rounds == []  # its one round overlapped the playback: not kept, and the race's own clocks stay
+    list(playing)
+    rounds = [item for item in race.retimed(tiny, [trace], repeats=2, interruptions=work) if item]
+    assert [r.done for r in rounds] == [1, 2] and rounds[-1].disturbed == 0
+
+
 @pytest.mark.parametrize("value, ok", [("2", True), ("20", True), ("0", False), ("x", False), ("21", False)])
 def test_the_deployment_chooses_how_often_runs_are_timed(monkeypatch, value, ok):
     monkeypatch.setenv("SPECVIZ_TIMINGS", value)

@@ -96,7 +96,12 @@ class ViewerWork:
         self._lock = threading.Lock()
 
     def __call__(self) -> int:
-        return self._count
+        """A number that moves whenever drawing ran since the last call: at each start and end, and at a call
+        made while drawing runs (a round timed wholly inside a long playback sees a move too)."""
+        with self._lock:
+            if self._active:
+                self._count += 1
+            return self._count
 
     def drawing(self, fn: Callable) -> Callable:
         """`fn`, counted when it starts and when it ends (a round that overlaps it in any way sees a move);
