@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
+import numpy as np
 import torch
 
 from specviz.decoding import get_method, run
-from specviz.metrics import STALL_PASSES, changed_share, has_trees, per_tree, stalls
+from specviz.metrics import STALL_PASSES, acceptance_maps, changed_share, has_trees, per_tree, stalls
 from specviz.models.protocol import IMAGE_CELL, ImageModel, in_raster_order
 from specviz.models.settings import SamplingSettings
 from specviz.viz.narration import ratio_text
@@ -188,6 +189,38 @@ def _log_likelihood(model: ImageModel, trace, sampling: SamplingSettings) -> tup
     image = torch.tensor(model.geometry.layout, device=model.device) == IMAGE_CELL
     drawable = image & (probability > 0)
     return float(probability[drawable].log().mean()), int((image & ~drawable).sum())
+
+
+def job_metrics(model: ImageModel, trace, sampling: SamplingSettings) -> dict:
+    """One run's numbers, as `bench --out` keeps them per job and `bench-report` pools them: the same
+    quantities as a `MethodResult`, with the sums a pooled ratio needs, and the length of the accepted run
+    that committed each grid cell (acceptance by position)."""
+    passes = [it for it in trace.iterations if it.verifies_drafts]
+    likelihood = _log_likelihood(model, trace, sampling)
+    run_length = acceptance_maps(trace)["run_length"]
+    metrics = {
+        "method": trace.method,
+        "lossless": trace.lossless,
+        "nfe": trace.nfe,
+        "tokens": len(trace.tokens),
+        "seconds": trace.seconds,
+        "step_compression": len(trace.tokens) / trace.nfe,
+        "draft_passes": len(passes),
+        "accepted": sum(it.accepted for it in passes),
+        "changed": sum(it.changed for it in passes),
+        "carried": sum(it.carried for it in passes),
+        "longest_stall": max((length for _, length in stalls(trace)), default=0),
+        "stalled_passes": sum(length for _, length in stalls(trace)),
+        "forward_ms": sum(it.forward_ms for it in trace.iterations),
+        "verify_ms": sum(it.verify_ms for it in passes),
+        "nll_under_ar": None if likelihood is None else -likelihood[0],
+        "outside_ar": None if likelihood is None else likelihood[1],
+        "run_length": [None if np.isnan(value) else float(value) for value in run_length.ravel()],
+        "grid": [trace.geometry.rows, trace.geometry.cols],
+    }
+    if has_trees(trace):
+        metrics["tau"] = float(per_tree(trace)["tau"].mean())
+    return metrics
 
 
 def _timed(fn) -> float:

@@ -319,6 +319,58 @@ def command_pass_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_to_folder(args: argparse.Namespace, methods: list[str], chosen: list, launch) -> int:
+    """`bench --out DIR`: this rank's share of the jobs, each written as it ends (specviz.sharded)."""
+    from specviz.sharded import Folder, gather_summaries, join_group, rank_device, run_share, units
+
+    out = check_output_folder(args.out, ("run.json",))
+    device = rank_device(args.device, launch)
+    check_device(device)
+    params = {name: _method_params(args, name) for name in methods}
+    folder = Folder(out)
+    configure_threads(processes=launch.local_world)
+    model = load_model(args.model, args.weights, device, args.draft)
+    sampling = _sampling(args, model.default_sampling)
+    settings = {
+        "model": args.model,
+        "weights": args.weights,
+        "methods": ["ar", *[m for m in methods if m != "ar"]],
+        "params": {name: value for name, value in params.items() if value},
+        "prompts": {"name": args.prompts or "examples", "category": args.category, "limit": args.limit,
+                    "count": len(chosen)},
+        "seeds": list(range(args.seeds)),
+        "sampling": sampling.to_dict(),
+    }  # fmt: skip
+    folder.claim_settings(settings)
+    grouped = join_group(launch, device)
+    summary = run_share(model, units(chosen, settings["seeds"], methods), launch, sampling, params, folder)
+    summaries = gather_summaries(summary, grouped)
+    print(summary.line(), flush=True)
+    if launch.rank == 0:
+        from specviz.bench_report import load, markdown
+
+        print(f"\nall {launch.world} ranks done: " + "; ".join(f"{s.done} new, {s.failed} failed" for s in summaries))
+        print(markdown(*load(out)))
+        print(f"figures and per-category tables: python -m specviz bench-report {shown_path(out)}")
+    return 0
+
+
+def command_bench_report(args: argparse.Namespace) -> int:
+    from specviz.viz.publication import parse_formats
+
+    formats = parse_formats(args.format)
+    root = Path(args.folder)
+    if not root.is_dir():
+        raise UsageError(f"{shown_path(root)} is not a folder")
+    check_output_folder(root / "report", ("report.md",))
+    from specviz.bench_report import bench_report
+
+    page, written = bench_report(root, formats)
+    print(page.read_text())
+    print(f"wrote {shown_path(page)}, report.json and {len(written)} figure files in {shown_path(page.parent)}")
+    return 0
+
+
 def command_gpu_report(args: argparse.Namespace) -> int:
     device = args.device or ("cuda" if _cuda_available() else "cpu")
     check_device(device)
@@ -383,7 +435,15 @@ def command_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds must be from 1 to {MAX_BENCH_SEEDS}")
     from specviz.prompt_sets import load_prompt_set
 
-    prompts = [check_prompt(prompt.text) for prompt in load_prompt_set(args.prompts, args.limit, args.category)]
+    chosen = load_prompt_set(args.prompts, args.limit, args.category)
+    prompts = [check_prompt(prompt.text) for prompt in chosen]
+    from specviz.sharded import launch_from
+
+    launch = launch_from(os.environ)
+    if args.out is not None:
+        return _bench_to_folder(args, methods, chosen, launch)
+    if launch.world > 1:
+        raise UsageError(f"a launch of {launch.world} processes shares its jobs through a folder: give --out DIR")
 
     from specviz.bench import bench
 
@@ -615,6 +675,13 @@ def build_parser() -> argparse.ArgumentParser:
     report_parser.add_argument("--only", help="comma-separated sections to run (default: all, in the report's order)")
     report_parser.set_defaults(handler=command_gpu_report)
 
+    merge_parser = commands.add_parser(
+        "bench-report", help="merge the results of bench --out DIR into tables and figures (DIR/report)"
+    )
+    merge_parser.add_argument("folder", help="the folder bench --out wrote")
+    merge_parser.add_argument("--format", default="pdf,svg,png", help="figure formats, comma-separated (pdf,svg,png)")
+    merge_parser.set_defaults(handler=command_bench_report)
+
     vectors_parser = commands.add_parser(
         "prompt-vectors",
         help="write the embedded models' prompt vectors to a file, for a machine without the text encoder "
@@ -647,6 +714,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_parser.add_argument("--seeds", type=integer, default=2, help="seeds 0..K-1 per prompt (default 2)")
     bench_parser.add_argument("--json", help="also write the results to this JSON file")
+    bench_parser.add_argument(
+        "--out",
+        help="keep every job's result, trace and image in this folder as it ends: resumable, and shared by the ranks "
+        "of torchrun, accelerate launch or srun (then merge with bench-report)",
+    )
     bench_parser.add_argument(
         "--skip-generate", action="store_true", help="skip timing our AR loop against transformers' generate()"
     )

@@ -30,8 +30,9 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def choose_threads() -> int:
-    """SPECVIZ_THREADS if set, else every available core but one (at least one)."""
+def choose_threads(processes: int = 1) -> int:
+    """SPECVIZ_THREADS if set, else every available core but one (at least one), shared among `processes`
+    running side by side on this machine (the ranks of a launch on one node)."""
     given = os.environ.get(ENV_VAR)
     if given is not None:
         text = given.strip()
@@ -40,13 +41,13 @@ def choose_threads() -> int:
                 f"{ENV_VAR} must be a whole number from 1 to {MAX_THREADS} in digits 0-9, got {brief(given)}"
             )
         return int(text)
-    return max(1, available_cores() - 1)
+    return max(1, (available_cores() - 1) // max(1, processes))
 
 
-def configure_threads() -> int:
+def configure_threads(processes: int = 1) -> int:
     """Apply the choice to torch's intra-op pool and return it."""
     import torch  # here: the command line answers --help and argument errors without torch
 
-    threads = choose_threads()
+    threads = choose_threads(processes)
     torch.set_num_threads(threads)
     return threads

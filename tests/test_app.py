@@ -1,6 +1,7 @@
 """The app through gradio_client against a launched server: a run, a replay, bad input, two users."""
 
 import json
+import os
 import re
 import threading
 import time
@@ -72,6 +73,14 @@ def _expected_image(tiny, method, prompt, seed) -> np.ndarray:
         {"window": 16, "init": "random"} if method != "ar" else None,
     )
     return np.asarray(show(tiny.decode(trace.tokens)))
+
+
+def test_the_app_tests_share_one_worker(request):
+    """Under pytest-xdist's loadgroup every test of the "app" group runs in one worker, beside one launched
+    app; if the group stops being applied (pytest 9.2 with xdist 3.8 did that), two apps and two browsers
+    share the cores and the browser tests time out."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@app"), "the xdist_group is not applied: see requirements-dev.txt"
 
 
 def test_a_race_shows_both_images_and_the_summary(server, tiny):

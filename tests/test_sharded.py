@@ -1,0 +1,176 @@
+"""`bench --out DIR` sharded over ranks, resumable, and merged by `bench-report`: one process in this
+one, two gloo processes under torchrun in a subprocess, a rank killed and the run resumed."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specviz.bench_report import load, method_rows
+from specviz.cli import main
+from specviz.inputs import InputError
+from specviz.sharded import Launch, launch_from, rank_device, units
+
+pytestmark = pytest.mark.xdist_group("sharded")  # one worker: the two-process run wants both cores
+PROMPTS = ["red apple", "rocket", "sun"]
+
+
+def _bench(out: Path, *extra: str) -> list[str]:
+    return ["bench", "--methods", "ar,sjd", "--seeds", "1", "--window", "16", "--out", str(out), *extra]
+
+
+def _tokens(root: Path) -> dict[tuple[str, str], list[int]]:
+    """Each job's image tokens, by method and job stem."""
+    return {
+        (path.parent.name, path.stem): json.loads(path.read_text())["tokens"]
+        for path in sorted(root.glob("traces/*/*.json"))
+    }
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    path.write_text("\n".join(PROMPTS) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, prompt_file) -> Path:
+    out = tmp_path_factory.mktemp("one") / "run"
+    assert main([*_bench(out, "--prompts", str(prompt_file))]) == 0
+    return out
+
+
+def test_the_launchers_variables_place_a_rank():
+    assert launch_from({}) == Launch(0, 1, 0, 1)
+    torchrun = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    assert launch_from(torchrun) == Launch(3, 4, 1, 2)
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "4"}
+    assert launch_from(slurm) == Launch(5, 8, 1, 4)
+    assert rank_device("cuda", Launch(5, 8, 1, 4)) == "cuda:1" and rank_device("cpu", Launch(5, 8, 1, 4)) == "cpu"
+    for broken in ({"RANK": "2", "WORLD_SIZE": "2"}, {"WORLD_SIZE": "two"}):
+        with pytest.raises(InputError):
+            launch_from(broken)
+
+
+def test_every_unit_runs_ar_first_and_each_job_once():
+    from specviz.prompt_sets import BenchPrompt
+
+    jobs = units([BenchPrompt("a", "x"), BenchPrompt("b", "y")], [0, 1], ["sjd", "ar", "scd-mc"])
+    assert [[job.method for job in unit] for unit in jobs] == [["ar", "sjd", "scd-mc"]] * 4
+    assert len({(job.index, job.seed, job.method) for unit in jobs for job in unit}) == 12
+
+
+def test_one_process_writes_every_job_and_a_restart_redoes_none(one_process, prompt_file, capsys):
+    results = sorted(one_process.glob("jobs/*/*.json"))
+    assert [path.relative_to(one_process).as_posix() for path in results] == [
+        f"jobs/{method}/{index:05d}-s0.json" for method in ("ar", "sjd") for index in range(3)
+    ]
+    assert len(list(one_process.glob("images/*/*.png"))) == len(list(one_process.glob("traces/*/*.json"))) == 6
+    sjd = json.loads((one_process / "jobs/sjd/00001-s0.json").read_text())["metrics"]
+    ar = json.loads((one_process / "jobs/ar/00001-s0.json").read_text())["metrics"]
+    assert sjd["latency_speedup"] == pytest.approx(ar["seconds"] / sjd["seconds"]) and sjd["nfe"] < ar["nfe"] == 256
+    written = {path: path.stat().st_mtime_ns for path in results}
+    capsys.readouterr()
+    assert main([*_bench(one_process, "--prompts", str(prompt_file))]) == 0
+    assert "0 jobs done, 6 already done before (resumed), 0 failed" in capsys.readouterr().out
+    assert {path: path.stat().st_mtime_ns for path in results} == written
+    assert not list(one_process.rglob("*.partial"))
+
+
+def test_a_failing_job_is_recorded_and_redone_on_restart(tmp_path, prompt_file, monkeypatch, capsys):
+    import specviz.sharded as sharded
+
+    real_run = sharded.run
+
+    def failing(model, method, prompt, *args, **kwargs):
+        if method == "sjd" and prompt == "rocket":
+            raise RuntimeError("CUDA out of memory (a stand-in)")
+        return real_run(model, method, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(sharded, "run", failing)
+    out = tmp_path / "run"
+    assert main([*_bench(out, "--prompts", str(prompt_file), "--limit", "2")]) == 0
+    printed = capsys.readouterr().out
+    assert "3 jobs done, 0 already done before (resumed), 1 failed" in printed
+    error = json.loads((out / "jobs/sjd/00001-s0.error.json").read_text())
+    assert error["error"] == "RuntimeError: CUDA out of memory (a stand-in)" and "Traceback" in error["traceback"]
+    assert "- sjd on prompt 1, seed 0: `RuntimeError: CUDA out of memory (a stand-in)`" in printed
+    monkeypatch.setattr(sharded, "run", real_run)
+    assert main([*_bench(out, "--prompts", str(prompt_file), "--limit", "2")]) == 0
+    assert "1 jobs done, 3 already done before (resumed), 0 failed" in capsys.readouterr().out
+    assert not (out / "jobs/sjd/00001-s0.error.json").exists() and (out / "jobs/sjd/00001-s0.json").exists()
+
+
+def test_a_folder_holding_other_settings_is_refused(one_process, prompt_file, capsys):
+    assert main([*_bench(one_process, "--prompts", str(prompt_file), "--temperature", "0.5")]) == 2
+    assert "holds a run with other settings (sampling differ)" in capsys.readouterr().err
+
+
+def test_a_launch_of_several_processes_needs_a_folder(monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert main(["bench", "--methods", "ar", "--limit", "1"]) == 2
+    assert "give --out DIR" in capsys.readouterr().err
+
+
+def _torchrun(out: Path, prompt_file: Path) -> subprocess.Popen:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "specviz", *_bench(out, "--prompts", str(prompt_file))]  # fmt: skip
+    environment = {**os.environ, "SPECVIZ_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=environment, start_new_session=True)  # fmt: skip
+
+
+def test_two_gloo_ranks_killed_and_resumed_give_the_one_process_results(one_process, prompt_file, tmp_path):
+    """torchrun starts two ranks (gloo); once two jobs are done the whole launch is killed, as a lost node
+    would be; the restart keeps those two, does the rest, and every job's tokens are the one process's."""
+    out = tmp_path / "two"
+    launch = _torchrun(out, prompt_file)
+    deadline = time.monotonic() + 240
+    while len(list(out.glob("jobs/*/*.json"))) < 2 and launch.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(launch.pid, signal.SIGKILL)  # torchrun; its ranks run in sessions of their own, killed by name
+    subprocess.run(["pkill", "-KILL", "-f", str(out)], check=False)
+    launch.wait()
+    time.sleep(0.5)
+    kept = {path: path.stat().st_mtime_ns for path in out.glob("jobs/*/*.json")}
+    assert 2 <= len(kept) < 6, "the launch ended before it could be killed mid-run"
+    again = _torchrun(out, prompt_file)
+    printed, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, printed[-3000:]
+    assert "rank 0/2 on cpu" in printed and "rank 1/2 on cpu" in printed and "all 2 ranks done" in printed
+    resumed = sum(int(count) for count in re.findall(r"(\d+) already done before", printed))
+    assert resumed == len(kept)  # the jobs done before the kill were not run again
+    assert {path: path.stat().st_mtime_ns for path in kept} == kept
+    assert _tokens(out) == _tokens(one_process)
+    devices = {json.loads(path.read_text())["job"]["index"] for path in out.glob("jobs/sjd/*.json")}
+    assert devices == {0, 1, 2}
+    merged = [method_rows(*load(root)[1:], ["ar", "sjd"]) for root in (out, one_process)]
+    assert [[row["nfe"], row["step_compression"]] for row in merged[0]] == [
+        [row["nfe"], row["step_compression"]] for row in merged[1]
+    ]  # the merge reads two ranks' folder as it reads one process's
+
+
+def test_the_merge_writes_tables_and_figures(one_process, tmp_path, capsys):
+    settings, results, errors = load(one_process)
+    rows = {row["method"]: row for row in method_rows(results, errors, settings["methods"])}
+    assert rows["ar"]["nfe"] == 256 and rows["sjd"]["runs"] == 3 and rows["sjd"]["failed"] == 0
+    assert rows["sjd"]["step_compression"][1] > 1.5 and rows["sjd"]["latency_speedup"] is not None
+    assert main(["bench-report", str(one_process), "--format", "png,svg"]) == 0
+    page = capsys.readouterr().out
+    assert "# Benchmark: tiny," in page and "| sjd | yes | 3 | 0 |" in page and "## Quality" in page
+    figures = sorted(path.name for path in (one_process / "report").iterdir() if path.suffix in (".png", ".svg"))
+    assert figures == sorted(
+        f"{stem}.{fmt}"
+        for stem in ("step-compression", "latency-vs-nfe", "acceptance-by-position")
+        for fmt in ("png", "svg")
+    )
+    assert main(["bench-report", str(tmp_path)]) == 2
+    assert "holds no run.json" in capsys.readouterr().err
