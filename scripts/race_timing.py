@@ -4,7 +4,7 @@
     python scripts/race_timing.py --url http://127.0.0.1:7861/ --presses 5
 
 Prints, per press of Run at 1280 x 720: the first frame, the summary (and its ratio to the two runs' own
-compute, as the timed summary gives them) and the timed summary. The browser test
+compute, as the timed summary gives them), the timed summary and its latency verdict. The browser test
 (`pytest -n 0 tests/test_browser.py -k watch -s`) prints the same, but its server shares the pytest
 process that polls the page, which slows the race; this one does not. Needs Debian's chromium and
 chromium-driver and selenium (requirements-dev.txt).
@@ -53,9 +53,10 @@ def press(driver: webdriver.Chrome, button) -> str:
     own = float(re.findall(r"([\d.]+) s ·", summary)[0])
     own += float(re.search(r"AR: \d+ passes, ([\d.]+) s", summary).group(1))
     first_text = f"{first:.2f} s" if first is not None else "not seen"
+    verdict = re.search(r"[^.;]*(speedup over AR|slower than AR|about the same)[^.;]*", summary)
     return (
         f"first frame {first_text}, summary {shown:.2f} s = {shown / own:.2f}x the two runs' own compute "
-        f"({own:.2f} s), timed summary {timed:.2f} s"
+        f"({own:.2f} s), timed summary {timed:.2f} s; verdict: {verdict.group(0).strip() if verdict else summary!r}"
     )
 
 

@@ -121,27 +121,28 @@ def test_a_launch_of_several_processes_needs_a_folder(monkeypatch, capsys):
 
 
 def _torchrun(out: Path, prompt_file: Path) -> subprocess.Popen:
+    """Two ranks over the first two prompts: one unit (AR, then SJD) each."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "specviz", *_bench(out, "--prompts", str(prompt_file))]  # fmt: skip
+               "-m", "specviz", *_bench(out, "--prompts", str(prompt_file), "--limit", "2")]  # fmt: skip
     environment = {**os.environ, "SPECVIZ_THREADS": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=environment, start_new_session=True)  # fmt: skip
 
 
 def test_two_gloo_ranks_killed_and_resumed_give_the_one_process_results(one_process, prompt_file, tmp_path):
-    """torchrun starts two ranks (gloo); once two jobs are done the whole launch is killed, as a lost node
-    would be; the restart keeps those two, does the rest, and every job's tokens are the one process's."""
+    """torchrun starts two ranks (gloo); once a job is done the whole launch is killed, as a lost node would
+    be; the restart keeps what was done, does the rest, and every job's tokens are the one process's."""
     out = tmp_path / "two"
     launch = _torchrun(out, prompt_file)
     deadline = time.monotonic() + 240
-    while len(list(out.glob("jobs/*/*.json"))) < 2 and launch.poll() is None and time.monotonic() < deadline:
+    while not list(out.glob("jobs/*/*.json")) and launch.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     os.killpg(launch.pid, signal.SIGKILL)  # torchrun; its ranks run in sessions of their own, killed by name
     subprocess.run(["pkill", "-KILL", "-f", str(out)], check=False)
     launch.wait()
     time.sleep(0.5)
     kept = {path: path.stat().st_mtime_ns for path in out.glob("jobs/*/*.json")}
-    assert 2 <= len(kept) < 6, "the launch ended before it could be killed mid-run"
+    assert 1 <= len(kept) < 4, "the launch ended before it could be killed mid-run"
     again = _torchrun(out, prompt_file)
     printed, _ = again.communicate(timeout=300)
     assert again.returncode == 0, printed[-3000:]
@@ -149,13 +150,15 @@ def test_two_gloo_ranks_killed_and_resumed_give_the_one_process_results(one_proc
     resumed = sum(int(count) for count in re.findall(r"(\d+) already done before", printed))
     assert resumed == len(kept)  # the jobs done before the kill were not run again
     assert {path: path.stat().st_mtime_ns for path in kept} == kept
-    assert _tokens(out) == _tokens(one_process)
-    devices = {json.loads(path.read_text())["job"]["index"] for path in out.glob("jobs/sjd/*.json")}
-    assert devices == {0, 1, 2}
-    merged = [method_rows(*load(root)[1:], ["ar", "sjd"]) for root in (out, one_process)]
-    assert [[row["nfe"], row["step_compression"]] for row in merged[0]] == [
-        [row["nfe"], row["step_compression"]] for row in merged[1]
-    ]  # the merge reads two ranks' folder as it reads one process's
+    one = _tokens(one_process)
+    assert _tokens(out) == {key: tokens for key, tokens in one.items() if not key[1].startswith("00002")}
+    by_rank = {json.loads(path.read_text())["job"]["index"] for path in out.glob("jobs/sjd/*.json")}
+    assert by_rank == {0, 1}
+    # the merge reads the two ranks' folder as it reads one process's
+    two_ranks = {row["method"]: row["nfe"] for row in method_rows(*load(out)[1:], ["ar", "sjd"])}
+    one_ranked = json.loads((one_process / "jobs/sjd/00000-s0.json").read_text())["metrics"]["nfe"]
+    one_ranked += json.loads((one_process / "jobs/sjd/00001-s0.json").read_text())["metrics"]["nfe"]
+    assert two_ranks == {"ar": 256, "sjd": one_ranked / 2}
 
 
 def test_the_merge_writes_tables_and_figures(one_process, tmp_path, capsys):
