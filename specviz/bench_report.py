@@ -8,8 +8,9 @@ drafts accepted per pass, stalls, NLL under AR; the same per category where the 
 step compression per method, seconds against NFE for every run, and acceptance by position (the mean
 length of the accepted run that committed each grid cell).
 
-Quality (FID, CLIP score) needs a scorer's weights, which this project cannot download: the report says
-so, and gives NLL under AR, the deviation measure every discrete run has.
+Quality: the CLIP score of every method's images with a CLIP model from a local folder (`--clip`,
+`specviz.quality`); without one the report says so. It always gives NLL under AR, the deviation measure
+every discrete run has.
 """
 
 from __future__ import annotations
@@ -141,7 +142,34 @@ def category_tables(results: list[dict], methods: list[str]) -> list[str]:
     return lines
 
 
-def markdown(settings: dict, results: list[dict], errors: list[dict]) -> str:
+def quality_lines(clip: dict[str, float] | None, weights: Path | None) -> list[str]:
+    """The quality section: CLIP scores where a scorer's weights were given, else what is there instead."""
+    lines = ["", "## Quality", ""]
+    if clip:
+        lines += [f"CLIP score (100 x the cosine of the image's and the prompt's CLIP embeddings, floored at 0, "
+                  f"mean over the images), with the CLIP model in `{weights}`:", "",
+                  "| method | CLIP score |", "|---|---:|"]  # fmt: skip
+        lines += [f"| {method} | {score:.2f} |" for method, score in clip.items()]
+        lines += [""]
+    else:
+        lines += [
+            "No CLIP score: give `bench-report DIR --clip FOLDER`, a local copy of a CLIP model (nothing is "
+            "downloaded). FID is not computed here: the scorers' Inception networks come with torchvision, which "
+            "does not import beside this project's CPU build of torch; the images are kept under `images/` for it.",
+            "",
+        ]
+    lines.append(
+        "The deviation measure every discrete run has is NLL under AR: the mean negative log-likelihood (nats) of the "
+        "images' tokens under the AR model at the same sampling; a lossless method's matches AR's within noise, a "
+        "lossy method's differs where it draws other images."
+    )
+    return lines
+
+
+def markdown(
+    settings: dict, results: list[dict], errors: list[dict], clip: dict[str, float] | None = None,
+    weights: Path | None = None,
+) -> str:  # fmt: skip
     methods = settings["methods"]
     rows = method_rows(results, errors, methods)
     devices = sorted({result["device"] for result in results})
@@ -158,14 +186,7 @@ def markdown(settings: dict, results: list[dict], errors: list[dict]) -> str:
         "",
         *methods_table(rows),
         *category_tables(results, methods),
-        "",
-        "## Quality",
-        "",
-        "FID and CLIP score need a scorer's weights, which are not downloaded here; the images are kept under "
-        "`images/` for a scorer run with local weights. The deviation measure every discrete run has is NLL under "
-        "AR: the mean negative log-likelihood (nats) of the images' tokens under the AR model at the same "
-        "sampling; a lossless method's matches AR's within noise, a lossy method's differs where it draws other "
-        "images.",
+        *quality_lines(clip, weights),
     ]
     if errors:
         lines += ["", "## Failed jobs", ""]
@@ -230,15 +251,21 @@ def figures(results: list[dict], methods: list[str], out: Path, formats: list[st
     return written
 
 
-def bench_report(root: Path, formats: list[str]) -> tuple[Path, list[Path]]:
-    """report.md, report.json and the figures under ROOT/report; their paths."""
+def bench_report(root: Path, formats: list[str], clip_weights: Path | None = None) -> tuple[Path, list[Path]]:
+    """report.md, report.json and the figures under ROOT/report (and CLIP scores with a CLIP model's folder)."""
     settings, results, errors = load(root)
+    clip = None
+    if clip_weights is not None:
+        from specviz.quality import clip_scores
+
+        clip = clip_scores(root, results, clip_weights)
     out = root / "report"
     out.mkdir(exist_ok=True)
     methods = settings["methods"]
     page = out / "report.md"
-    page.write_text(markdown(settings, results, errors))
+    page.write_text(markdown(settings, results, errors, clip, clip_weights))
     rows = method_rows(results, errors, methods)
-    (out / "report.json").write_text(json.dumps({"settings": settings, "methods": rows}, indent=1))
+    summary = {"settings": settings, "methods": rows, "clip_score": clip}
+    (out / "report.json").write_text(json.dumps(summary, indent=1))
     written = figures(results, methods, out, formats) if results else []
     return page, written

@@ -363,9 +363,12 @@ def command_bench_report(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise UsageError(f"{shown_path(root)} is not a folder")
     check_output_folder(root / "report", ("report.md",))
+    clip = None if args.clip is None else Path(args.clip)
+    if clip is not None and not clip.is_dir():
+        raise UsageError(f"--clip takes a folder holding a CLIP model; {shown_path(clip)} is not a folder")
     from specviz.bench_report import bench_report
 
-    page, written = bench_report(root, formats)
+    page, written = bench_report(root, formats, clip)
     print(page.read_text())
     print(f"wrote {shown_path(page)}, report.json and {len(written)} figure files in {shown_path(page.parent)}")
     return 0
@@ -680,6 +683,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     merge_parser.add_argument("folder", help="the folder bench --out wrote")
     merge_parser.add_argument("--format", default="pdf,svg,png", help="figure formats, comma-separated (pdf,svg,png)")
+    merge_parser.add_argument(
+        "--clip", help="a local folder holding a CLIP model (transformers' CLIPModel and CLIPProcessor): CLIP scores"
+    )
     merge_parser.set_defaults(handler=command_bench_report)
 
     vectors_parser = commands.add_parser(

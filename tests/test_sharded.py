@@ -177,3 +177,55 @@ def test_the_merge_writes_tables_and_figures(one_process, tmp_path, capsys):
     )
     assert main(["bench-report", str(tmp_path)]) == 2
     assert "holds no run.json" in capsys.readouterr().err
+
+
+def _tiny_clip(folder: Path) -> Path:
+    """A CLIP model of transformers' classes with random weights and a byte-level vocabulary, saved as a user's
+    local copy of a real one would be."""
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
+
+    byte_chars = [chr(code) for code in range(33, 127)] + [chr(code) for code in range(161, 173)]
+    byte_chars += [chr(code) for code in range(174, 256)] + [chr(256 + n) for n in range(68)]
+    tokens = ["<|startoftext|>", "<|endoftext|>", *byte_chars, *(char + "</w>" for char in byte_chars)]
+    tokenizer = CLIPTokenizer(vocab={token: index for index, token in enumerate(tokens)}, merges=[])
+    images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    torch.manual_seed(0)
+    text = {"vocab_size": len(tokens), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "max_position_embeddings": 77, "bos_token_id": 0, "eos_token_id": 1,
+            "pad_token_id": 1}  # fmt: skip
+    vision = {"image_size": 32, "patch_size": 8, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 2}  # fmt: skip
+    CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)).save_pretrained(folder)
+    CLIPProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
+    return folder
+
+
+def test_the_report_gives_each_methods_clip_score_with_a_local_clip_model(one_process, tmp_path, capsys):
+    """bench-report --clip scores every image against its own prompt: each cosine as the model's own logits
+    give it (batched, padded, in any order), and per method the mean of 100 x max(cosine, 0)."""
+    import torch
+    from PIL import Image
+
+    from specviz.quality import cosines, load_clip
+
+    weights = _tiny_clip(tmp_path / "clip")
+    assert main(["bench-report", str(one_process), "--format", "png", "--clip", str(weights)]) == 0
+    page = capsys.readouterr().out
+    scores = json.loads((one_process / "report" / "report.json").read_text())["clip_score"]
+    assert set(scores) == {"ar", "sjd"} and "CLIP score (100 x the cosine" in page
+    model, processor = load_clip(weights)
+    _, results, _ = load(one_process)
+    found = cosines(one_process, results, model, processor, batch=4)
+    direct = []
+    for result in results:
+        image = Image.open(one_process / result["image"]).convert("RGB")
+        inputs = processor(text=[result["job"]["prompt"]], images=[image], return_tensors="pt")
+        with torch.inference_mode():
+            direct.append(model(**inputs).logits_per_image.item() / model.logit_scale.exp().item())
+    assert found == pytest.approx(direct, abs=1e-4) and len({round(value, 3) for value in direct}) > 3
+    for method, score in scores.items():
+        mine = [100 * max(c, 0.0) for c, r in zip(direct, results, strict=True) if r["job"]["method"] == method]
+        assert score == pytest.approx(sum(mine) / len(mine), abs=1e-3)
+    assert main(["bench-report", str(one_process), "--clip", str(tmp_path / "none")]) == 2
+    assert "--clip takes a folder holding a CLIP model" in capsys.readouterr().err
