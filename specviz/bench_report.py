@@ -239,13 +239,18 @@ def figures(results: list[dict], methods: list[str], out: Path, formats: list[st
     figure, grid = plt.subplots(rows, columns, figsize=(2.4 * columns, 2.4 * rows), squeeze=False)
     for axes in grid.ravel():
         axes.set_axis_off()
-    for axes, method in zip(grid.ravel(), drafted, strict=False):
+    means = {}
+    for method in drafted:
         lengths = np.array([[np.nan if v is None else v for v in m["run_length"]] for m in by_method[method]])
         rows_, cols_ = by_method[method][0]["grid"]
-        mean = np.nanmean(lengths, axis=0).reshape(rows_, cols_)
-        image = axes.imshow(mean, cmap="viridis", vmin=1)
+        means[method] = np.nanmean(lengths, axis=0).reshape(rows_, cols_)
+    top = max([float(np.nanmax(mean)) for mean in means.values()] + [1.0])
+    image = None
+    for axes, (method, mean) in zip(grid.ravel(), means.items(), strict=False):
+        image = axes.imshow(mean, cmap="viridis", vmin=1, vmax=top)  # one scale: the panels compare
         axes.set_title(method, fontsize=9)
-        figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
+    if image is not None:
+        figure.colorbar(image, ax=grid.ravel().tolist(), fraction=0.03, pad=0.02, label="tokens")
     figure.suptitle("Acceptance by position: mean length of the run that committed each cell", fontsize=9)
     save(figure, "acceptance-by-position")
     return written
