@@ -73,7 +73,8 @@ def main() -> None:
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
     try:
         driver.get(args.url)
-        run = WebDriverWait(driver, 60).until(expected_conditions.element_to_be_clickable((By.ID, "run-button")))
+        # at 1280 x 720 the page opens in the projector layout, whose Run sits in the presets' row
+        run = WebDriverWait(driver, 60).until(expected_conditions.element_to_be_clickable((By.ID, "projector-run")))
         for index in range(args.presses):
             time.sleep(2)  # the last race's re-timing has ended; let the page settle
             print(f"press {index + 1}: {press(driver, run)}", flush=True)

@@ -190,7 +190,7 @@ def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
     # the window at work on the method's picture: its drafted cells outlined in their fates' colours
     window_fates = ("accepted", "rejected", "kept", "redrawn", "new")  # not grey "discarded", a continuous fate
     fate_pixels = browser.execute_script(OUTLINE_PIXELS, [ImageColor.getrgb(colors()[fate]) for fate in window_fates])
-    browser.find_element(By.XPATH, "//button[normalize-space()='Stop']").click()
+    browser.find_element(By.ID, "stop-button").click()
     stopped = time.perf_counter()
     while time.perf_counter() - stopped < 20 and not _text(browser, "race-summary").startswith("Stopped"):
         time.sleep(0.05)
@@ -264,7 +264,7 @@ def test_the_zipar_preset_races_its_rows_in_flight_on_the_picture(server, browse
             pixels = browser.execute_script(OUTLINE_PIXELS, [front])
         time.sleep(0.05)
     caption = _text(browser, "method-counter")
-    browser.find_element(By.XPATH, "//button[normalize-space()='Stop']").click()
+    browser.find_element(By.ID, "stop-button").click()
     assert pixels > 100, f"the race should outline the cells each pass drew together ({pixels} px)"
     assert re.search(r"pass \d+: 2 tokens drawn together, rows \d+, \d+", caption), caption  # the live caption
 
@@ -346,6 +346,31 @@ button.click();
 """
 
 
+def test_a_projector_screen_runs_and_stops_ones_own_settings_from_the_presets_row(server, browser):
+    """The projector layout hides the side panel and its Run and Stop; the presets' row holds its own, which
+    race the side panel's settings and stop the race (elsewhere they are hidden)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server)
+    WebDriverWait(browser, 60).until(expected_conditions.element_to_be_clickable((By.ID, "run-button")))
+    assert not browser.find_element(By.ID, "projector-run").is_displayed()
+    browser.find_element(By.CSS_SELECTOR, "#projector input").click()
+    run = WebDriverWait(browser, 10).until(expected_conditions.element_to_be_clickable((By.ID, "projector-run")))
+    assert not browser.find_element(By.ID, "run-button").is_displayed()
+    run.click()
+    pressed = time.perf_counter()
+    while time.perf_counter() - pressed < 60 and not re.search(r"[1-9]\d*/256 tokens", _text(browser, "ar-counter")):
+        time.sleep(0.05)
+    browser.find_element(By.ID, "projector-stop").click()
+    stopped = time.perf_counter()
+    while time.perf_counter() - stopped < 20 and not _text(browser, "race-summary").startswith("Stopped"):
+        time.sleep(0.05)
+    summary = _text(browser, "race-summary")
+    assert summary.startswith("Stopped before the end") and "sjd" in summary, summary
+
+
 def test_inspect_on_a_projector_shows_the_window_and_image_first_and_answers_a_step_at_once(server, browser):
     """At 1280 x 720 Inspect puts its sentence, the step buttons, the window and the image on the first screen;
     a step and a jump redraw sentence and window (their times printed: the targets are 0.3 s and 0.5 s)."""
@@ -414,7 +439,7 @@ def test_the_newest_tree_methods_race_their_trees_on_the_picture(server, browser
             pixels = max(pixels, browser.execute_script(OUTLINE_PIXELS, fates))
         time.sleep(0.1)
     caption = _text(browser, "method-counter")
-    browser.find_element(By.XPATH, "//button[normalize-space()='Stop']").click()
+    browser.find_element(By.ID, "stop-button").click()
     assert method in caption and re.search(r"pass \d+: \d+ drafts in a tree", caption), caption
     assert pixels >= 200, f"the race should outline {method}'s drafted positions ({pixels} px)"
 

@@ -341,7 +341,7 @@ def build() -> Controls:
     prompt = gr.Textbox(value="red apple", label="Prompt", max_lines=4, max_length=MAX_PROMPT_CHARS)
     with gr.Row():
         run_button = gr.Button("Run", variant="primary", elem_id="run-button")
-        stop_button = gr.Button("Stop")
+        stop_button = gr.Button("Stop", elem_id="stop-button")
     prompt_hint = gr.Markdown(elem_id="prompt-hint")
     use_nearest = gr.Button(visible=False, size="sm", elem_id="use-nearest")
     nearest = gr.State(None)

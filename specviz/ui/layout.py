@@ -39,6 +39,8 @@ body.specviz-large #compare-table { --input-text-size: 16px; }
 body.specviz-projector #specviz-header, body.specviz-projector #side-panel,
 body.specviz-projector #race-map-column, body.specviz-projector #presets-title { display: none; }
 body.specviz-projector #presets button { min-height: 0; padding: 4px 8px; }
+/* the side panel's Run and Stop are hidden there: the presets' row carries its own */
+body:not(.specviz-projector) .projector-only { display: none !important; }
 body.specviz-projector #method-image, body.specviz-projector #ar-image { height: 250px !important; }
 body.specviz-projector.specviz-large #method-image, body.specviz-projector.specviz-large #ar-image {
   height: 200px !important;
@@ -99,6 +101,11 @@ def build() -> gr.Blocks:
         # one press sets everything and races
         with gr.Row(elem_id="presets", equal_height=True, visible=bool(presets)):
             gr.Markdown("**Presets**: the papers' findings, live", elem_id="presets-title")
+            # on a projector the side panel is hidden: Run and Stop for the settings it holds, here
+            projector_run = gr.Button("Run", variant="primary", size="sm", min_width=70, scale=0,
+                                      elem_id="projector-run", elem_classes="projector-only")  # fmt: skip
+            projector_stop = gr.Button("Stop", size="sm", min_width=70, scale=0, elem_id="projector-stop",
+                                       elem_classes="projector-only")  # fmt: skip
             preset_buttons = {
                 p.key: gr.Button(p.label, size="sm", min_width=100, elem_id=f"preset-{p.key}") for p in presets
             }
@@ -122,8 +129,10 @@ def build() -> gr.Blocks:
         racer, race_inputs, race_outputs, race_options = race.wire(
             race_tab, side, runs, inspect_tab.iteration, inspect_tab.loaded, replay_tab.downloads
         )
-        race_event = side.run_button.click(racer, race_inputs, race_outputs, **race_options)
-        side.run_button.click(lambda: "", None, race_tab.preset_note, queue=False)  # one's own run: no preset story
+        race_events = []
+        for run_button in (side.run_button, projector_run):
+            race_events.append(run_button.click(racer, race_inputs, race_outputs, **race_options))
+            run_button.click(lambda: "", None, race_tab.preset_note, queue=False)  # one's own run: no preset story
         preset_outputs = side.preset_outputs(compare_tab.methods, race_tab.preset_note, race_tab.speed)
         preset_races = []
         for key, button in preset_buttons.items():
@@ -148,12 +157,14 @@ def build() -> gr.Blocks:
             """Cancel a race or a comparison and say so, with how far it got; stop playing back."""
             return (*activity.stopped(*now), gr.Timer(active=False))
 
-        side.stop_button.click(
-            stop,
-            [race_tab.activity, compare_tab.comparing, race_tab.summary, race_tab.method_counter, race_tab.ar_counter],
-            [race_tab.summary, compare_tab.note, race_tab.activity, compare_tab.comparing, inspect_tab.timer],
-            cancels=[race_event, *preset_races, compare_event, contrast_event, play_event],
-        )
+        for stop_button in (side.stop_button, projector_stop):
+            stop_button.click(
+                stop,
+                [race_tab.activity, compare_tab.comparing, race_tab.summary, race_tab.method_counter,
+                 race_tab.ar_counter],
+                [race_tab.summary, compare_tab.note, race_tab.activity, compare_tab.comparing, inspect_tab.timer],
+                cancels=[*race_events, *preset_races, compare_event, contrast_event, play_event],
+            )  # fmt: skip
         demo.load(None, None, None, js=inspection.ARROW_KEYS)
         demo.load(None, None, None, js=FIT_PLOTS_ON_TAB)
         side.large.change(None, side.large, None, js=TOGGLE_LARGE)
