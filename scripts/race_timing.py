@@ -53,7 +53,7 @@ def press(driver: webdriver.Chrome, button) -> str:
     own = float(re.findall(r"([\d.]+) s ·", summary)[0])
     own += float(re.search(r"AR: \d+ passes, ([\d.]+) s", summary).group(1))
     first_text = f"{first:.2f} s" if first is not None else "not seen"
-    verdict = re.search(r"[^.;]*(speedup over AR|slower than AR|about the same)[^.;]*", summary)
+    verdict = re.search(r"[^\n]*(speedup over AR|slower than AR|about the same)[^\n]*", summary)
     return (
         f"first frame {first_text}, summary {shown:.2f} s = {shown / own:.2f}x the two runs' own compute "
         f"({own:.2f} s), timed summary {timed:.2f} s; verdict: {verdict.group(0).strip() if verdict else summary!r}"
