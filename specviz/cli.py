@@ -210,7 +210,7 @@ def command_run(args: argparse.Namespace) -> int:
     model = _load(args)
     sampling = _sampling(args, model.default_sampling)
     trace = run(model, args.method, prompt, seed, sampling, _method_params(args))
-    image = decode_in_order(model, trace.vectors if trace.continuous else trace.tokens, trace.geometry.order)
+    image = decode_in_order(model, trace.decodable, trace.geometry.order)
     try:
         with output_folder(out):
             image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0).save(out / "image.png")

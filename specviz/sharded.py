@@ -173,7 +173,7 @@ def run_job(model: ImageModel, job: Job, sampling: SamplingSettings, params: dic
             ar_seconds: float | None) -> None:  # fmt: skip
     """One job: its trace, image and result written under the folder, the result last."""
     trace = run(model, job.method, job.prompt, job.seed, sampling, params)
-    image = decode_in_order(model, trace.vectors if trace.continuous else trace.tokens, trace.geometry.order)
+    image = decode_in_order(model, trace.decodable, trace.geometry.order)
     image = image.resize((image.width * IMAGE_SCALE, image.height * IMAGE_SCALE), resample=0)
     folder.write(folder.trace(job), trace.to_json().encode())
     from io import BytesIO

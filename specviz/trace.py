@@ -491,6 +491,11 @@ class Trace(_Strict):
         return self.vectors is not None
 
     @property
+    def decodable(self) -> list:
+        """What the model decodes into the run's image: the tokens, or a continuous run's vectors."""
+        return self.vectors if self.continuous else self.tokens
+
+    @property
     def kind(self) -> str:
         """What the run's passes verified: "window", "tree" or "continuous" drafts, "rows" where each pass
         drew a token in several rows (ZipAR), or "token" where every pass drew one token (AR on a discrete

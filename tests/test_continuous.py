@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,13 +14,23 @@ from specviz import metrics
 from specviz.continuous_lossless import check_continuous, energy_test, method_samples
 from specviz.decoding.runner import run
 from specviz.models.continuous_toy import ContinuousToy
-from specviz.models.diffusion_head import TRAINING_STEPS, DenoiserMLP, DiffusionHead, Schedule, diffusion_loss
+from specviz.models.diffusion_head import (
+    TRAINING_STEPS,
+    DenoiserMLP,
+    DiffusionHead,
+    Schedule,
+    diffusion_loss,
+    transition_moments,
+)
 from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import UnsupportedMethod
 from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.models.tiny_continuous.adapter import ASSETS as CONTINUOUS_ASSETS
 from specviz.models.tiny_continuous.adapter import TinyContinuousModel
 from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
 from specviz.models.tiny_continuous.projection import PatchProjection
+from specviz.models.tiny_continuous.train import distillation_loss
+from specviz.stage.recognition import drawn, load_embedded, recognition
 from specviz.trace import Trace, TraceError
 
 SMALL = ContinuousConfig(
@@ -88,6 +99,57 @@ def test_the_training_loss_teaches_a_head_a_conditional_gaussian():
         tokens = head.sample(condition, torch.randn(3000, 21, 2), 1.0, 1.0).tokens
     assert torch.allclose(tokens.mean(0), torch.tensor([1.0, 0.5]), atol=0.1)
     assert ((tokens.std(0) - 0.2).abs() < 0.1).all()  # data std 0.2, not the prior 1
+
+
+def test_the_distilled_step_is_the_step_the_head_samples(pair):
+    """distillation_loss compares the two heads' transitions through transition_moments; these are the
+    means and variances of the head's own sampled path, guidance included, at every step."""
+    head, network = pair.target_head, pair.target_head.network
+    conditions = torch.randn(4, 2, SMALL.hidden_size)
+    path = head.sample(conditions, torch.randn(4, head.steps + 1, 12), 2.0, 1.0)
+    for k in range(head.steps):  # sampling step k runs at the schedule's index steps - 1 - k
+        index = torch.full((4,), head.steps - 1 - k)
+        x = path.states[:, k]
+        with torch.no_grad():
+            eps, v = network(
+                x.repeat(2, 1), head.schedule.timesteps[index].repeat(2), conditions.transpose(0, 1).reshape(8, -1)
+            )
+        (eps_prompt, eps_null), v_prompt = eps.chunk(2), v.chunk(2)[0]
+        mean, log_var = transition_moments(head.schedule, index, x, torch.lerp(eps_null, eps_prompt, 2.0), v_prompt)
+        assert torch.allclose(mean, path.means[:, k], rtol=1e-4, atol=1e-4), k
+        assert torch.allclose(log_var, path.log_vars[:, k], atol=1e-5), k
+
+
+def test_distillation_is_zero_for_the_target_itself_and_brings_a_draft_towards_it():
+    target, draft = random_network(SMALL, 0).eval(), random_network(SMALL, 1)
+    sampling = Schedule.respaced(SMALL.sampling_steps)
+    text, tokens = torch.randn(8, SMALL.text_dim), torch.randn(8, SMALL.rows * SMALL.cols, 12)
+    with torch.no_grad():
+        assert distillation_loss(target, target, text, tokens, sampling, 2.0).item() == pytest.approx(0.0, abs=1e-6)
+
+    def measured() -> float:
+        torch.manual_seed(7)
+        with torch.no_grad():
+            return distillation_loss(draft.eval(), target, text, tokens, sampling, 2.0).item()
+
+    before = measured()
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=3e-3)
+    for _ in range(40):
+        loss = distillation_loss(draft.train(), target, text, tokens, sampling, 2.0)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert all(p.grad is None for p in target.parameters())  # the target only teaches
+    assert measured() < 0.5 * before
+
+
+def test_the_recognition_measure_draws_from_the_pair_and_knows_its_folder(pair):
+    images, asked = drawn(pair, ["red apple", "a blue car"], seeds=2)
+    assert images.shape == (4, 12, 12, 3) and images.dtype == np.uint8
+    assert asked == ["red apple", "red apple", "a blue car", "a blue car"]
+    assert not np.array_equal(images[0], images[1])  # each seed its own sample
+    assert recognition(images, asked, images, asked).top1 == 1.0
+    assert isinstance(load_embedded(CONTINUOUS_ASSETS), TinyContinuousModel)
 
 
 def test_a_session_truncated_or_rolled_back_has_the_conditions_of_a_fresh_one(pair):

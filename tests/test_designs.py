@@ -145,6 +145,7 @@ def test_a_training_run_resumed_from_its_checkpoint_continues_exactly(tmp_path):
         step(first, first_optimizer, generator)
     kept = {name: value.clone() for name, value in first.state_dict().items()}
     state = {"step": 2, "history": [{"step": 1}], "kept_state": kept, "generator": generator.get_state()}
+    state["torch_rng"] = torch.get_rng_state()  # any generator's state travels as a tensor (the continuous pair's)
     save_checkpoint(tmp_path, first, first_optimizer, state)
 
     resumed, resumed_optimizer = fresh()
@@ -152,6 +153,7 @@ def test_a_training_run_resumed_from_its_checkpoint_continues_exactly(tmp_path):
     generator = torch.Generator()
     generator.set_state(restored["generator"])
     assert restored["step"] == 2 and restored["history"] == [{"step": 1}]
+    assert torch.equal(restored["torch_rng"], state["torch_rng"])
     assert all(torch.equal(restored["kept_state"][name], value) for name, value in kept.items())
     for _ in range(2):
         step(resumed, resumed_optimizer, generator)

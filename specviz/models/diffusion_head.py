@@ -384,22 +384,61 @@ def diffusion_loss(
     variational bound with the mean held fixed (so the bound trains only the variance), on timesteps
     drawn uniformly from `schedule` (the full training schedule, `Schedule.respaced(TRAINING_STEPS)`)."""
     t = torch.randint(schedule.count, (x0.shape[0],), device=x0.device)
-    table = lambda values: values.to(x0.device)[t].float()[:, None]  # noqa: E731
-    ab, beta, log_posterior = table(schedule.alpha_bars), table(schedule.betas), table(schedule.posterior_log_var)
-    coef_x0, coef_xt = table(schedule.coef_x0), table(schedule.coef_xt)
-    noise = torch.randn_like(x0)
-    xt = ab.sqrt() * x0 + (1 - ab).sqrt() * noise
+    xt, noise = noised(schedule, t, x0)
     eps, v = network(xt, schedule.timesteps.to(x0.device)[t], z)
     eps, v = eps.float(), v.float()
     mse = ((eps - noise) ** 2).mean()
-    fraction = (v + 1) / 2
-    log_var = fraction * torch.log(beta) + (1 - fraction) * log_posterior
-    x0_pred = ((xt - (1 - ab).sqrt() * eps.detach()) / ab.sqrt()).clamp(-x0_limit, x0_limit)
-    mean = coef_x0 * x0_pred + coef_xt * xt
-    true_mean = coef_x0 * x0 + coef_xt * xt
-    kl = 0.5 * (
-        log_var - log_posterior - 1 + torch.exp(log_posterior - log_var) + (true_mean - mean) ** 2 * torch.exp(-log_var)
-    )
+    mean, log_var = transition_moments(schedule, t, xt, eps.detach(), v, x0_limit)
+    true_mean, log_posterior = posterior_moments(schedule, t, xt, x0)
+    kl = gaussian_kl(true_mean, log_posterior, mean, log_var)
     nll = 0.5 * ((x0 - mean) ** 2 * torch.exp(-log_var) + log_var + LOG_2PI)
     bound = torch.where((t > 0)[:, None], kl, nll).mean() / math.log(2.0)
     return mse + bound
+
+
+def noised(schedule: Schedule, t: torch.Tensor, x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens x0 (N, d) noised to the schedule's steps t (N,): x_t and the standard normal noise drawn."""
+    ab = schedule.alpha_bars.to(x0.device)[t].float()[:, None]
+    noise = torch.randn_like(x0)
+    return ab.sqrt() * x0 + (1 - ab).sqrt() * noise, noise
+
+
+def _at_steps(schedule: Schedule, t: torch.Tensor, like: torch.Tensor):
+    """A function reading a schedule column at steps t (N,) as an (N, 1) float32 column on `like`'s device."""
+    return lambda values: values.to(like.device)[t].float()[:, None]
+
+
+def transition_moments(
+    schedule: Schedule,
+    t: torch.Tensor,
+    xt: torch.Tensor,
+    eps: torch.Tensor,
+    v: torch.Tensor,
+    x0_limit: float = X0_LIMIT,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and log variance (N, d) of a network's step x_t -> x_(t-1) at the schedule's steps t (N,),
+    from its epsilon and variance interpolation v: `DiffusionHead`'s sampling arithmetic, per row
+    rather than per step."""
+    table = _at_steps(schedule, t, xt)
+    ab, log_posterior = table(schedule.alpha_bars), table(schedule.posterior_log_var)
+    fraction = (v + 1) / 2
+    log_var = fraction * table(schedule.betas).log() + (1 - fraction) * log_posterior
+    x0_pred = ((xt - (1 - ab).sqrt() * eps) / ab.sqrt()).clamp(-x0_limit, x0_limit)
+    return table(schedule.coef_x0) * x0_pred + table(schedule.coef_xt) * xt, log_var
+
+
+def posterior_moments(
+    schedule: Schedule, t: torch.Tensor, xt: torch.Tensor, x0: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and log variance of q(x_(t-1) | x_t, x_0), the step a network is trained towards."""
+    table = _at_steps(schedule, t, xt)
+    return table(schedule.coef_x0) * x0 + table(schedule.coef_xt) * xt, table(schedule.posterior_log_var)
+
+
+def gaussian_kl(
+    mean_p: torch.Tensor, log_var_p: torch.Tensor, mean_q: torch.Tensor, log_var_q: torch.Tensor
+) -> torch.Tensor:
+    """KL(N_p || N_q) per coordinate of two diagonal Gaussians."""
+    return 0.5 * (
+        log_var_q - log_var_p - 1 + torch.exp(log_var_p - log_var_q) + (mean_p - mean_q) ** 2 * torch.exp(-log_var_q)
+    )

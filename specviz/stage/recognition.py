@@ -1,6 +1,7 @@
 """Whether the embedded model draws what it is asked for: each sample's nearest training images.
 
     python -m specviz.stage.recognition [--weights DIR] [--captions 200] [--seeds 2]
+    python -m specviz.stage.recognition --weights assets/tiny-continuous   # the continuous pair's target
     python -m specviz.stage.recognition --real     # the measure on real images of held-out designs
 
 For training captions (a fixed draw of `--captions` of them) and seeds 0..K-1 the model draws an image
@@ -25,7 +26,10 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from specviz.models.tiny.adapter import TinyModel
+    from specviz.models.continuous import ContinuousPair
+    from specviz.models.protocol import ImageModel
+
+    EmbeddedModel = ImageModel | ContinuousPair
 
 FEATURE_SIZE = 12  # the side of the averaged image the distance is taken on
 NEAREST = 5
@@ -59,20 +63,41 @@ def recognition(
     return Recognition(top1, top5, len(samples))
 
 
-def recognised(model: TinyModel, captions: list[str], seeds: int, cache: Path) -> Recognition:
-    """Recognition of AR samples of `captions` among every training image of every design."""
+def drawn(model: EmbeddedModel, captions: list[str], seeds: int) -> tuple[np.ndarray, list[str]]:
+    """AR samples of every caption at seeds 0..K-1 as (N, H, W, 3) uint8 images, with each one's caption:
+    a discrete model's, or the continuous pair's target's."""
     from specviz.decoding import run
+    from specviz.models.protocol import decode_in_order
+
+    images, asked = [], []
+    for caption in captions:
+        for seed in range(seeds):
+            trace = run(model, "ar", caption, seed)
+            images.append(np.array(decode_in_order(model, trace.decodable, trace.geometry.order)))
+            asked.append(caption)
+    return np.stack(images), asked
+
+
+def recognised(model: EmbeddedModel, captions: list[str], seeds: int, cache: Path) -> Recognition:
+    """Recognition of AR samples of `captions` among every training image of every design."""
     from specviz.models.tiny.designs import build_design_set
 
     designs = build_design_set(cache / "designs")
     training = ~designs.held_out
     reference_captions = [c for c, kept in zip(designs.captions, training, strict=True) if kept]
-    drawn, asked = [], []
-    for caption in captions:
-        for seed in range(seeds):
-            drawn.append(np.array(model.decode(run(model, "ar", caption, seed).tokens)))
-            asked.append(caption)
-    return recognition(np.stack(drawn), asked, designs.images[training], reference_captions)
+    images, asked = drawn(model, captions, seeds)
+    return recognition(images, asked, designs.images[training], reference_captions)
+
+
+def load_embedded(folder: Path) -> EmbeddedModel:
+    """The embedded model whose weights are in `folder`: the continuous pair where it holds a target."""
+    if (folder / "target.json").exists():
+        from specviz.models.tiny_continuous.adapter import TinyContinuousModel
+
+        return TinyContinuousModel.load(folder)
+    from specviz.models.tiny.adapter import TinyModel
+
+    return TinyModel.load(folder)
 
 
 def real_designs(cache: Path) -> Recognition:
@@ -97,10 +122,15 @@ def training_captions(cache: Path, count: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from specviz.models.tiny.adapter import ASSETS, TinyModel
+    from specviz.models.tiny.adapter import ASSETS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--weights", type=Path, default=ASSETS)
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        default=ASSETS,
+        help="an embedded model's folder (assets/tiny-continuous: the pair's target)",
+    )
     parser.add_argument("--captions", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=Path(".cache"), help="where the emoji designs are kept")
@@ -109,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.real:
         print(f"real images of held-out designs: {real_designs(args.cache).summary()}")
         return
-    model = TinyModel.load(args.weights)
+    model = load_embedded(args.weights)
     found = recognised(model, training_captions(args.cache, args.captions), args.seeds, args.cache)
     print(f"{args.weights}: {found.summary()}")
 

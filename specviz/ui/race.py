@@ -24,7 +24,6 @@ from specviz.ui.service import (
     DISPLAY_SIZE,
     LOADS,
     VIEWER_WORK,
-    decodable,
     decoder_for,
     each_on_compute_thread,
     get_model,
@@ -254,7 +253,7 @@ def contender_view(model: ImageModel | None, live: Trace, counter_text: str, whe
         description = f"{live.method}: {len(live.tokens)} tokens, {when}"
         guessed = metrics.drafted_tokens(live, newest)  # the window's guesses, drawn faded on their cells
         drafted = None if guessed is None else show(on_compute_thread(decode_in_order, model, guessed, None))
-        image = picture(model, decodable(live), description, live.geometry.order)
+        image = picture(model, live.decodable, description, live.geometry.order)
         image = viz.pass_overlay(image, live, newest, dark=False, drafted=drafted)
         image.info["Description"] = description
         view["method_image"] = image
@@ -287,7 +286,7 @@ def play_frames(runs: dict, slow: bool, animate: bool = True) -> Iterator[dict[s
         if name == "method" and run.iterations:
             return contender_view(model, run, count, "played again")
         description = f"{run.method}: {len(run.tokens)} tokens, played again"
-        image = None if model is None else picture(model, decodable(run), description, run.geometry.order)
+        image = None if model is None else picture(model, run.decodable, description, run.geometry.order)
         return {f"{name}_image": image, f"{name}_counter": count}
 
     def bars_now() -> str:
@@ -473,9 +472,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
 
 def final_picture(model, trace: Trace):
     """A finished run's displayed image."""
-    return picture(
-        model, decodable(trace), f"{trace.method}: {trace.prompt!r}, seed {trace.seed}", trace.geometry.order
-    )
+    return picture(model, trace.decodable, f"{trace.method}: {trace.prompt!r}, seed {trace.seed}", trace.geometry.order)
 
 
 def wire_play(tab: RaceTab, runs: gr.State) -> tuple[Dependency, Callable[[Dependency], Dependency]]:

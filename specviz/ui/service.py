@@ -431,11 +431,6 @@ def picture(model: ImageModel, tokens: list, description: str, order: Sequence[i
     return image
 
 
-def decodable(trace: Trace) -> list:
-    """What the trace's model decodes into its image: the tokens, or a continuous run's vectors."""
-    return trace.vectors if trace.continuous else trace.tokens
-
-
 def decoder_for(trace: Trace) -> ImageModel | None:
     """The model that can turn this trace's tokens into pixels here: offered, loadable, and with the
     trace's own grid, vocabulary, layout and kind of order (a trace is checked against the model, not

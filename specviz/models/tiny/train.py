@@ -156,17 +156,17 @@ def distinct_patches(images: torch.Tensor, count: int, generator: torch.Generato
 
 
 def save_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """The run so far, written to be resumed: tensors (weights, Adam's moments, the generator's state and
-    the kept weights) as safetensors, the rest as JSON; each file replaced whole."""
+    """The run so far, written to be resumed: tensors (weights, Adam's moments, the kept weights and the
+    state's tensors: random generators' states) as safetensors, the rest as JSON; each file replaced whole."""
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{name}": value for name, value in model.state_dict().items()}
     for index, moments in optimizer.state_dict()["state"].items():
         tensors |= {f"adam.{index}.{name}": value for name, value in moments.items()}
-    tensors |= {f"kept.{name}": value for name, value in state["kept_state"].items()}
-    tensors["generator"] = state["generator"]
+    tensors |= {f"kept.{name}": value for name, value in state.get("kept_state", {}).items()}
+    tensors |= {key: value for key, value in state.items() if isinstance(value, torch.Tensor)}  # generator states
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "checkpoint.safetensors.tmp"))
     (folder / "checkpoint.safetensors.tmp").replace(folder / "checkpoint.safetensors")
-    scalars = {key: value for key, value in state.items() if key not in ("kept_state", "generator")}
+    scalars = {key: value for key, value in state.items() if key != "kept_state" and key not in tensors}
     (folder / "checkpoint.json.tmp").write_text(json.dumps(scalars, indent=1) + "\n")
     (folder / "checkpoint.json.tmp").replace(folder / "checkpoint.json")
 
@@ -183,7 +183,7 @@ def load_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim
             saved["state"].setdefault(int(index), {})[name] = value
     optimizer.load_state_dict(saved)
     state["kept_state"] = {k.removeprefix("kept."): v for k, v in tensors.items() if k.startswith("kept.")}
-    state["generator"] = tensors["generator"]
+    state |= {key: value for key, value in tensors.items() if not key.startswith(("model.", "adam.", "kept."))}
     return state
 
 

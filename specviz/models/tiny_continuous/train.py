@@ -2,13 +2,16 @@
 
     python -m specviz.models.tiny_continuous.train --role target
     python -m specviz.models.tiny_continuous.train --role draft
+    python -m specviz.models.tiny_continuous.train --role draft --distil-from TARGET_DIR --init-from DRAFT_DIR
+    python -m specviz.models.tiny_continuous.train ... --checkpoints DIR   # then the same command with --resume DIR
 
 The data is tiny's (every named emoji with skin tones, hue rotations, mirrors, whole-patch shifts;
 held out by base emoji), tokens are projected patches (`projection.py`). Both roles use the same
 data order from the same seed; the draft is a smaller network trained the same way, as the CSpD
-paper's MAR-B is a smaller MAR. No EMA: MAR's users report black images when short runs from
-scratch use EMA 0.9999. Writes `<role>.safetensors` (bfloat16), `<role>.json` (architecture,
-training record) and `projection.safetensors` to `assets/tiny-continuous/`.
+paper's MAR-B is a smaller MAR. With `--distil-from`, the draft also learns the target's own
+denoising steps (`distillation_loss`), so that CSpD accepts its drafts more often. No EMA: MAR's
+users report black images when short runs from scratch use EMA 0.9999. Writes `<role>.safetensors`
+(bfloat16), `<role>.json` (architecture, training record) and `projection.safetensors` to `assets/tiny-continuous/`.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from specviz.models.diffusion_head import TRAINING_STEPS, Schedule
+from specviz.models.diffusion_head import TRAINING_STEPS, Schedule, gaussian_kl, noised, transition_moments
 from specviz.models.tiny.data import augmented_images, build_emoji_set, shift_tokens
 from specviz.models.tiny.train import (
     CAPTION_TEMPLATES,
@@ -32,6 +36,8 @@ from specviz.models.tiny.train import (
     caption_vectors,
     evaluation,
     learning_rate,
+    load_checkpoint,
+    save_checkpoint,
     training_draws,
 )
 from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
@@ -50,20 +56,78 @@ ROLES = {
 
 
 @torch.no_grad()
-def mean_loss(model: ContinuousTextToImage, text: torch.Tensor, tokens: torch.Tensor, schedule: Schedule) -> float:
-    """The loss of un-augmented images under their first caption, with a fixed draw of timesteps and
-    noise, so checkpoints compare on the same draws."""
-    model.eval()
+def fixed_draw_mean(loss: Callable[[slice], torch.Tensor], count: int, *models: torch.nn.Module) -> float:
+    """The mean of `loss` over `count` examples in batches of 64, with a fixed draw of timesteps and
+    noise, so checkpoints compare on the same draws; the models are in evaluation mode meanwhile."""
+    modes = [model.training for model in models]
+    for model in models:
+        model.eval()
     total = 0.0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1234)
-        for start in range(0, len(tokens), 64):
-            batch = slice(start, start + 64)
-            drop = torch.zeros(len(tokens[batch]), dtype=torch.bool, device=tokens.device)
-            loss = model.training_loss(text[batch], drop, tokens[batch], schedule, repeats=1)
-            total += loss.item() * len(tokens[batch])
-    model.train()
-    return total / len(tokens)
+        for start in range(0, count, 64):
+            batch = slice(start, min(start + 64, count))
+            total += loss(batch).item() * (batch.stop - batch.start)
+    for model, mode in zip(models, modes, strict=True):
+        model.train(mode)
+    return total / count
+
+
+def mean_loss(model: ContinuousTextToImage, text: torch.Tensor, tokens: torch.Tensor, schedule: Schedule) -> float:
+    """The diffusion loss of un-augmented images under their first caption."""
+
+    def loss(batch: slice) -> torch.Tensor:
+        drop = torch.zeros(len(tokens[batch]), dtype=torch.bool, device=tokens.device)
+        return model.training_loss(text[batch], drop, tokens[batch], schedule, repeats=1)
+
+    return fixed_draw_mean(loss, len(tokens), model)
+
+
+def distillation_loss(
+    draft: ContinuousTextToImage,
+    target: ContinuousTextToImage,
+    text: torch.Tensor,
+    tokens: torch.Tensor,
+    sampling: Schedule,
+    guidance: float,
+) -> torch.Tensor:
+    """KL divergence from the target's guided denoising step to the draft's, in nats per token and
+    step, at one step of the sampling schedule per token (drawn uniformly) on the data's tokens noised
+    to it: summed over the steps, the KL between the two heads' whole denoising paths.
+
+    That bounds what cspd-exact's acceptance loses (1 - acceptance is the paths' total variation, at
+    most sqrt(KL / 2)). Its direction lets a draft widen a step it cannot match: at the step to x_1
+    both heads' standard deviation is about 0.006 while their predictions of x_0 differ by about 0.015,
+    and a wider draft covers the target there. The paper's rule scales acceptance by Sigma, the ratio
+    of the two heads' variances, so a wider draft raises cspd's acceptance beyond what it gains in
+    agreement; `bench-cspd --deviation` measures what that costs. Both models see the prompt and the
+    null prefix, and their epsilons are mixed at the sampling guidance, as the heads sample."""
+    batch, _, dim = tokens.shape
+    unconditional = torch.arange(2 * batch, device=tokens.device) >= batch
+    both_text, both_tokens = text.repeat(2, 1), tokens.repeat(2, 1, 1)
+    x0 = tokens.reshape(-1, dim)
+    t = torch.randint(sampling.count, (len(x0),), device=x0.device)
+    xt, _ = noised(sampling, t, x0)
+    timesteps = sampling.timesteps.to(x0.device)[t].repeat(2)
+
+    def guided_step(model: ContinuousTextToImage) -> tuple[torch.Tensor, torch.Tensor]:
+        conditions = model.conditions(both_text, unconditional, both_tokens).reshape(2 * len(x0), -1)
+        eps, v = model.denoiser(xt.repeat(2, 1), timesteps, conditions)
+        (eps_prompt, eps_null), v_prompt = eps.float().chunk(2), v.float().chunk(2)[0]
+        return transition_moments(sampling, t, xt, torch.lerp(eps_null, eps_prompt, guidance), v_prompt)
+
+    with torch.no_grad():
+        target_step = guided_step(target)
+    return gaussian_kl(*target_step, *guided_step(draft)).sum(-1).mean()
+
+
+def load_role(folder: Path, role: str) -> tuple[ContinuousTextToImage, dict]:
+    """A trained model of the pair and its training record, from `<role>.safetensors` and `<role>.json`."""
+    summary = json.loads((folder / f"{role}.json").read_text())
+    model = ContinuousTextToImage(ContinuousConfig(**summary["model"]))
+    state = load_file(str(folder / f"{role}.safetensors"))
+    model.load_state_dict({name: tensor.float() for name, tensor in state.items()})
+    return model, summary
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,11 +143,22 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         help="continue from this folder's <role>.safetensors and <role>.json (a fresh schedule over --steps more)",
     )
+    parser.add_argument(
+        "--distil-from",
+        type=Path,
+        help="a folder with a trained target.safetensors and target.json: the draft also learns its steps",
+    )
+    parser.add_argument("--distil-weight", type=float, default=1.0, help="the distillation loss's weight")
+    parser.add_argument("--guidance", type=float, default=2.0, help="the guidance the distilled steps are mixed at")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoints", type=Path, help="write a resumable checkpoint here at every evaluation")
+    parser.add_argument("--resume", type=Path, help="continue the run whose checkpoints are in this folder")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=ASSETS)
     parser.add_argument("--cache", type=Path, default=Path(".cache"))
     args = parser.parse_args(argv)
+    if args.distil_from and args.role != "draft":
+        parser.error("--distil-from trains a draft towards a target: use it with --role draft")
     started = time.time()
     threads = configure_threads()
     torch.manual_seed(args.seed)  # the diffusion timesteps and noise
@@ -110,24 +185,46 @@ def main(argv: list[str] | None = None) -> None:
     config, earlier = ROLES[args.role], None
     model = ContinuousTextToImage(config)
     if args.init_from:
-        summary = json.loads((args.init_from / f"{args.role}.json").read_text())
-        config, earlier = ContinuousConfig(**summary["model"]), summary["training"]
-        model = ContinuousTextToImage(config)
-        state = load_file(str(args.init_from / f"{args.role}.safetensors"))
-        model.load_state_dict({name: tensor.float() for name, tensor in state.items()})
+        model, summary = load_role(args.init_from, args.role)
+        config, earlier = model.config, summary["training"]
     model.to(device)
+    teacher = None
+    if args.distil_from:
+        teacher = load_role(args.distil_from, "target")[0].to(device).eval().requires_grad_(False)
+        sampling = Schedule.respaced(teacher.config.sampling_steps)
+
+        def held_out_kl() -> float:
+            def loss(batch: slice) -> torch.Tensor:
+                return distillation_loss(
+                    model, teacher, text[0, held_ids[batch]], tokens[held_ids[batch]], sampling, args.guidance
+                )
+
+            return fixed_draw_mean(loss, len(held_ids), model, teacher)
+
     schedule = Schedule.respaced(TRAINING_STEPS)
     params = sum(p.numel() for p in model.parameters())
     print(f"{args.role}: {params / 1e6:.2f}M parameters, {len(train_pictures)} training images", flush=True)
     optimizer = adamw(model, args.lr, args.weight_decay)
-    history = []
-    for step in range(args.steps):
+    checkpoints = args.resume or args.checkpoints
+    run = {"step": 0, "history": [], "minutes_before": 0.0}
+    if args.resume:  # the same command as the first sitting, with --resume: it rebuilds the same data
+        run = load_checkpoint(args.resume, model, optimizer)
+        generator.set_state(run["generator"])
+        torch.set_rng_state(run["torch_rng"])
+        print(f"resumed at step {run['step']} from {args.resume}", flush=True)
+    history = run["history"]
+    for step in range(run["step"], args.steps):
         draws = training_draws(train_pictures, args.batch_size, generator)
         picture, template, drop, dy, dx = (t.to(device) for t in draws)
         batch_tokens = shift_tokens(tokens[picture], config.rows, config.cols, dy, dx, white)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args.steps, args.lr)
         loss = model.training_loss(text[template, source[picture]], drop, batch_tokens, schedule)
+        if teacher is not None:
+            kl = distillation_loss(
+                model, teacher, text[template, source[picture]], batch_tokens, sampling, args.guidance
+            )
+            loss = loss + args.distil_weight * kl
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -137,7 +234,20 @@ def main(argv: list[str] | None = None) -> None:
         if step % args.eval_every == 0 or step == args.steps - 1:
             train_loss = mean_loss(model, text[0, train_probe], tokens[train_probe], schedule)
             held_out_loss = mean_loss(model, text[0, held_ids], tokens[held_ids], schedule)
-            history.append(evaluation(step, loss, train_loss, held_out_loss, started))
+            record = evaluation(step, loss, train_loss, held_out_loss, started)
+            if teacher is not None:
+                record["held_out_kl_to_target"] = round(held_out_kl(), 4)
+                print(
+                    json.dumps({"step": step, "held_out_kl_to_target": record["held_out_kl_to_target"]}),
+                    flush=True,
+                )
+            record["minutes"] = round(record["minutes"] + run["minutes_before"], 1)
+            history.append(record)
+            if checkpoints:
+                minutes = run["minutes_before"] + (time.time() - started) / 60
+                state = {"step": step + 1, "history": history, "minutes_before": minutes}
+                state |= {"generator": generator.get_state(), "torch_rng": torch.get_rng_state()}
+                save_checkpoint(checkpoints, model, optimizer, state)
 
     save_file(bfloat16(model.state_dict()), str(args.out / f"{args.role}.safetensors"))
     summary = {
@@ -156,7 +266,10 @@ def main(argv: list[str] | None = None) -> None:
             "held_out_emoji": int(held.sum()),
             "ema": None,
             "continued_from": earlier,
-            "minutes": round((time.time() - started) / 60, 1),
+            "distilled_from": None
+            if teacher is None
+            else {"target": str(args.distil_from), "weight": args.distil_weight, "guidance": args.guidance},
+            "minutes": round(run["minutes_before"] + (time.time() - started) / 60, 1),
             "torch": torch.__version__,
             "history": history,
         },
