@@ -97,7 +97,7 @@ def distillation_loss(
 
     That bounds what cspd-exact's acceptance loses (1 - acceptance is the paths' total variation, at
     most sqrt(KL / 2)). Its direction lets a draft widen a step it cannot match: at the step to x_1
-    both heads' standard deviation is about 0.006 while their predictions of x_0 differ by about 0.015,
+    both heads' standard deviation is about 0.007 while their predictions of x_0 differ by about 0.017,
     and a wider draft covers the target there. The paper's rule scales acceptance by Sigma, the ratio
     of the two heads' variances, so a wider draft raises cspd's acceptance beyond what it gains in
     agreement; `bench-cspd --deviation` measures what that costs. Both models see the prompt and the
