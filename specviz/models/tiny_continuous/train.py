@@ -211,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
         run = load_checkpoint(args.resume, model, optimizer)
         generator.set_state(run["generator"])
         torch.set_rng_state(run["torch_rng"])
+        if "cuda_rng" in run:  # on a GPU the diffusion draws come from the device's generator
+            torch.cuda.set_rng_state(run["cuda_rng"], device)
         print(f"resumed at step {run['step']} from {args.resume}", flush=True)
     history = run["history"]
     for step in range(run["step"], args.steps):
@@ -247,6 +249,8 @@ def main(argv: list[str] | None = None) -> None:
                 minutes = run["minutes_before"] + (time.time() - started) / 60
                 state = {"step": step + 1, "history": history, "minutes_before": minutes}
                 state |= {"generator": generator.get_state(), "torch_rng": torch.get_rng_state()}
+                if device.type == "cuda":
+                    state["cuda_rng"] = torch.cuda.get_rng_state(device)
                 save_checkpoint(checkpoints, model, optimizer, state)
 
     save_file(bfloat16(model.state_dict()), str(args.out / f"{args.role}.safetensors"))
