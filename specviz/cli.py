@@ -109,6 +109,12 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--draft", help="draft model of a continuous pair: mar-b (default for mar-l, mar-h), mar-l (for mar-h) or none"
     )
+    parser.add_argument(
+        "--fast-path",
+        action="store_true",
+        help="tiny and tiny-uncertain: a static KV cache and passes padded to fixed widths, replayed as CUDA graphs "
+        "on a GPU (the same distributions; no faster on a CPU)",
+    )
 
 
 def _method_fields() -> dict:
@@ -186,7 +192,7 @@ def _check_run_inputs(args: argparse.Namespace, methods: list[str]) -> None:
 def _load(args: argparse.Namespace) -> ImageModel:
     """The model the arguments name, once torch's threads are set."""
     configure_threads()
-    return load_model(args.model, args.weights, args.device, args.draft)
+    return load_model(args.model, args.weights, args.device, args.draft, fast_path=args.fast_path)
 
 
 def _run_files(method: str) -> tuple[str, ...]:
@@ -329,7 +335,7 @@ def _bench_to_folder(args: argparse.Namespace, methods: list[str], chosen: list,
     params = {name: _method_params(args, name) for name in methods}
     folder = Folder(out)
     configure_threads(processes=launch.local_world)
-    model = load_model(args.model, args.weights, device, args.draft)
+    model = load_model(args.model, args.weights, device, args.draft, fast_path=args.fast_path)
     sampling = _sampling(args, model.default_sampling)
     settings = {
         "model": args.model,

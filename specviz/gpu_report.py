@@ -8,7 +8,9 @@ embedded model it measures three things:
 Then the released models' shapes with random weights (`specviz.shapes`: Lumina-mGPT, Anole, Janus-Pro,
 Emu3, LlamaGen-XL): AR's time per token, pass costs, each method's pass and what it spends outside the
 target's forward, peak memory, and the latency each method would reach at its paper's step compression;
-and MAR-B, -L and -H's pass costs, which give CSpD's cost ratio c.
+and MAR-B, -L and -H's pass costs, which give CSpD's cost ratio c. Last, the fast path for small models
+(`specviz.fast_path`): each method on `tiny`'s plain path and on its static cache with CUDA graphs, timed in
+turns, and both paths in lock-step to show that their distributions agree.
 
 On a CUDA device it runs the shipped prompts x 1 seed with 10 timed repeats of each pass, for every
 method, and the shapes at full size. Elsewhere it runs the same sections at a reduced size, so the command
@@ -38,10 +40,11 @@ from specviz.bench import bench
 from specviz.decoding.cost import cost_sentence, pass_costs
 from specviz.decoding.registry import METHODS
 from specviz.decoding.syncs import hidden_reads
+from specviz.fast_path import fast_path_markdown, measure_fast_path
 from specviz.inputs import read_prompts
 from specviz.models.mar.cost import cost_table
 from specviz.models.mar.cost import measure as mar_costs
-from specviz.models.registry import load_model
+from specviz.models.registry import get_entry, load_model
 from specviz.shapes import measure_shape, release_shapes, shapes_markdown
 
 DISCRETE_MODELS = ("tiny", "tiny-uncertain")
@@ -66,6 +69,7 @@ class Plan:
     shape_scale: float = 1.0  # below 1: every width divided, two layers (the CPU's check of the code)
     shape_passes: int = 10  # timed passes of each method on each shape
     mar: tuple[str, ...] = ("mar-b", "mar-l", "mar-h")  # MAR releases whose pass costs give CSpD's c
+    fast_prompts: int = 2  # how many of `prompts` the fast path times `benched` on
 
 
 def plan_for(device: torch.device) -> Plan:
@@ -89,6 +93,7 @@ def sections(plan: Plan) -> list[tuple[str, str]]:
     steps += [("shapes", name) for name in plan.shapes]
     steps += [("mar", "pass costs")] if plan.mar else []
     steps += [(first, "bench")]
+    steps += [(first, "fast path")] if get_entry(first).fast_path else []
     for name in others:
         steps += [(name, "host reads")] if name != CONTINUOUS_MODEL else []  # the pair reads on the host by design
         steps += [(name, "pass cost"), (name, "bench")]
@@ -155,6 +160,13 @@ class Models:
             self.loaded[name] = load_model(name, device=self.device)
         return self.loaded[name]
 
+    def fast(self, name: str):
+        """The model on its fast path (`specviz.models.fixed_passes`)."""
+        key = f"{name} (fast path)"
+        if key not in self.loaded:
+            self.loaded[key] = load_model(name, device=self.device, fast_path=True)
+        return self.loaded[key]
+
 
 def measure_step(section: str, step: str, plan: Plan, place: torch.device, models: Models, report: dict) -> None:
     """One step of the report into `report`."""
@@ -171,13 +183,23 @@ def measure_step(section: str, step: str, plan: Plan, place: torch.device, model
         model = models[section]
         kind = "iterate_continuous" if section == CONTINUOUS_MODEL else "iterate"
         methods = [method for method, spec in METHODS.items() if getattr(spec, kind) is not None]
+        benched = [method for method in methods if plan.benched is None or method in plan.benched]
         if step == "host reads":
             report["host_reads"] += host_read_rows(model, methods)
+        elif step == "fast path":
+            prompts = list(plan.prompts[: plan.fast_prompts])
+            results = measure_fast_path(
+                model, models.fast(section), benched, prompts, list(plan.seeds), model.default_sampling
+            )
+            table = fast_path_markdown(results, section, str(place))
+            report["fast_path"][section] = {
+                "results": [{**asdict(result), "gain": result.gain} for result in results],
+                "markdown": "\n".join(table),
+            }
         elif step == "pass cost":
             costs = pass_costs(model, plan.prompts[0], plan.sizes, plan.repeats)
             report["pass_cost"][section] = {"costs": [asdict(cost) for cost in costs], "sentence": cost_sentence(costs)}
         else:
-            benched = [method for method in methods if plan.benched is None or method in plan.benched]
             sampling = model.default_sampling
             measured = bench(model, benched, list(plan.prompts), plan.seeds, sampling, compare_generate=False)
             report["bench"][section] = {"table": measured.to_dict(), "markdown": measured.markdown()}
@@ -197,6 +219,7 @@ def gpu_report(
         "host_reads": [],
         "pass_cost": {},
         "bench": {},
+        "fast_path": {},
         "shapes": [],
         "seconds": {},
         "errors": {},
@@ -267,6 +290,9 @@ def markdown(report: dict) -> str:
     lines += ["", "## Every method against AR"]
     for entry in report["bench"].values():
         lines += ["", entry["markdown"]]
+    if report.get("fast_path"):
+        lines += ["", "## The fast path for small models"]
+        lines += [line for entry in report["fast_path"].values() for line in ("", entry["markdown"])]
     if report["shapes"]:
         lines += ["", *shapes_markdown(report["shapes"])]
     if "mar" in report:

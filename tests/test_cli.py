@@ -225,7 +225,7 @@ def test_pass_cost_says_when_its_timings_cannot_be_right(monkeypatch, capsys):
 
     measured = [cost.PassCost(1, 10.0, 1.0, 9.0, 31.0), cost.PassCost(17, 9.0, 0.9, 8.5, 9.5)]
     monkeypatch.setattr(cost, "pass_costs", lambda *args: measured)
-    monkeypatch.setattr(cli, "load_model", lambda *args: None)
+    monkeypatch.setattr(cli, "load_model", lambda *args, **options: None)
     assert main(["pass-cost", "--sizes", "1,17"]) == 0
     out = capsys.readouterr().out
     assert "warning: these timings cannot be right" in out

@@ -3,9 +3,12 @@
 Without CUDA every test here is skipped and says so. On a GPU they run every method on `tiny` and the
 continuous pair on the device, count the hidden host reads of each window and tree pass there (each
 one a device sync), run passes under CUDA's sync debug mode (an error at any sync but the intended
-ones), prove methods exact with every random number drawn on the GPU, and compare a session's logits
-on the GPU with the same session on the CPU.
+ones, on the plain path and on the fast path with its CUDA graphs), prove methods exact with every random
+number drawn on the GPU, run every method on the fast path and the plain path in lock-step, and compare a
+session's logits on the GPU with the same session on the CPU.
 """
+
+import gc
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from specviz.decoding.registry import get_method
 from specviz.decoding.syncs import hidden_reads
 from specviz.lossless import check_lossless
 from specviz.models.registry import load_model
+from specviz.models.shadow import ShadowedModel
 from specviz.trace import Trace
 
 pytestmark = [
@@ -48,13 +52,21 @@ def test_window_and_tree_passes_make_no_hidden_host_read_on_the_gpu(tiny_cuda, m
     assert hidden_reads(tiny_cuda, method, _settings(method)) == 0
 
 
+@pytest.fixture(scope="module")
+def tiny_cuda_fast():
+    return load_model("tiny", device="cuda", fast_path=True)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["plain", "fast path"])
 @pytest.mark.parametrize("method", DISCRETE)
-def test_passes_make_no_sync_but_the_intended_ones(tiny_cuda, method):
-    """`torch.cuda.set_sync_debug_mode("error")` raises at any synchronisation outside `specviz.syncing`."""
+def test_passes_make_no_sync_but_the_intended_ones(tiny_cuda, tiny_cuda_fast, method, fast):
+    """`torch.cuda.set_sync_debug_mode("error")` raises at any synchronisation outside `specviz.syncing`
+    (on the fast path a graph's capture is one, once per width)."""
     spec = get_method(method)
     params = spec.resolve(_settings(method))
+    model = tiny_cuda_fast if fast else tiny_cuda
     with torch.inference_mode():
-        decoder = spec.open(tiny_cuda, "red apple", 0, tiny_cuda.default_sampling, params)
+        decoder = spec.open(model, "red apple", 0, model.default_sampling, params)
         decoder.next()
         torch.cuda.set_sync_debug_mode("error")
         try:
@@ -80,6 +92,17 @@ def test_exact_on_the_gpus_own_random_streams(method, params, full_stats):
 def test_the_draft_head_drafts_on_the_gpu(tiny_cuda, method):
     trace = run(tiny_cuda, method, "red apple", 0, params={"drafter": "head"})
     assert len(trace.tokens) == 256 and trace.nfe < 128  # the head's trees commit several tokens per pass
+
+
+@pytest.mark.parametrize("method", DISCRETE)
+def test_the_fast_path_with_cuda_graphs_gives_the_plain_paths_distributions(tiny_cuda, tiny_cuda_fast, method):
+    """Every pass of the method on the graphed fast path and on the plain path in lock-step."""
+    shadowed = ShadowedModel(tiny_cuda_fast, tiny_cuda)
+    trace = run(shadowed, method, "red apple", 0, params=_settings(method))
+    assert len(trace.tokens) == 256 and shadowed.largest_gap < 1e-4, shadowed.largest_gap
+    del shadowed
+    gc.collect()  # the sessions are gone: their caches are back in the pool
+    assert 1 in tiny_cuda_fast._static.captured_widths  # the graphs were captured (and replayed)
 
 
 def test_a_session_on_the_gpu_gives_the_cpu_sessions_logits(tiny_cuda):

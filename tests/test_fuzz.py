@@ -178,6 +178,7 @@ def _cases(tmp: Path) -> list[tuple[str, list[str]]]:
         ("run: gsd rank with sjd", [*run, "--method", "sjd", "--ranks-above", "3"]),
         ("run: a tree depth with sjd", [*run, "--method", "sjd", "--tree-depth", "3"]),
         ("run: a tree top-k in Arabic-Indic digits", [*run, "--method", "eagle2", "--tree-top-k", "٣"]),
+        ("run --fast-path on a model without one", [*run, "--model", "tiny-continuous", "--fast-path"]),
     ]
     for name, folder in _weights_folders(tmp / "weights").items():
         cases.append((f"run --weights {name}", [*run, "--weights", str(folder)]))

@@ -9,6 +9,8 @@ from specviz.cli import main
 from specviz.decoding.registry import METHODS
 from specviz.gpu_report import plan_for
 
+pytestmark = pytest.mark.xdist_group("gpu-report")  # one worker builds the reduced report, once
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> tuple[dict, str, str]:
@@ -42,11 +44,21 @@ def test_the_reduced_report_times_passes_and_benches_a_method_of_each_family(rep
         "tiny: pass cost",
         *(f"shapes: {name}" for name in plan.shapes),
         "tiny: bench",
+        "tiny: fast path",
         "tiny-continuous: pass cost",
         "tiny-continuous: bench",
     ]
     assert data["errors"] == {} and data["not_run"] == []
     assert "## Every method against AR" in page and "| sjd | yes |" in page
+
+
+def test_the_reduced_report_times_the_fast_path_and_checks_its_distributions(report):
+    data, page, _ = report
+    rows = {row["method"]: row for row in data["fast_path"]["tiny"]["results"]}
+    assert list(rows) == ["ar", "sjd", "eagle2"] and rows["ar"]["plain_speedup"] == rows["ar"]["fast_speedup"] == 1.0
+    assert all(row["plain_seconds"] > 0 and row["fast_seconds"] > 0 for row in rows.values())
+    assert all(row["largest_gap"] < 1e-4 for row in rows.values())  # float rounding apart (a broken path: 0.9)
+    assert "## The fast path for small models" in page and "| sjd |" in page.split("## The fast path")[1]
 
 
 def test_the_report_refuses_a_folder_it_cannot_write(tmp_path, capsys):
@@ -106,7 +118,7 @@ def test_a_budget_keeps_what_was_measured_and_lists_what_was_not(tmp_path, capsy
     assert main(["gpu-report", "--out", str(out), "--device", "cpu", "--only", "tiny,mar", "--minutes", "0.001"]) == 0
     data = json.loads((out / "report.json").read_text())
     assert list(data["seconds"]) == ["tiny: host reads"]  # the first step starts; the budget is spent by its end
-    assert data["not_run"] == ["tiny: pass cost", "tiny: bench"]  # mar has no step in the reduced plan
+    assert data["not_run"] == ["tiny: pass cost", "tiny: bench", "tiny: fast path"]  # mar: no step in the reduced plan
     assert "## Not run: the time budget ran out" in (out / "report.md").read_text()
     assert not list(out.glob(".*.partial"))
     assert main(["gpu-report", "--out", str(tmp_path / "other"), "--device", "cpu", "--only", "gpu"]) == 2

@@ -39,6 +39,8 @@ class ModelEntry:
     # generates the grid in a random order drawn per image (MAR): its traces record the order, which its
     # decoder takes; a raster model's decoder takes none
     random_order: bool = False
+    # takes `fast_path` at load: a static cache, fixed-width passes and CUDA graphs (`fixed_passes`)
+    fast_path: bool = False
 
     @property
     def class_conditional(self) -> bool:
@@ -46,10 +48,10 @@ class ModelEntry:
         return self.known_prompts is _class_names
 
 
-def _tiny_load(name: str, weights: str | None = None, device: str = "cpu") -> ImageModel:
+def _tiny_load(name: str, weights: str | None = None, device: str = "cpu", fast_path: bool = False) -> ImageModel:
     from specviz.models.tiny.adapter import TinyModel
 
-    return TinyModel.load(weights, device, name)
+    return TinyModel.load(weights, device, name, fast_path)
 
 
 def _tiny_offline(name: str) -> str | None:
@@ -84,6 +86,7 @@ def _tiny_entry(name: str, description: str) -> ModelEntry:
         functools.partial(_tiny_offline, name),
         functools.partial(_tiny_sampling, name),
         functools.partial(_tiny_known_prompts, name),
+        fast_path=True,
     )
 
 
@@ -357,11 +360,18 @@ def get_entry(name: str) -> ModelEntry:
     return look_up(MODELS, name, "model", UnknownModel, listed="registered")
 
 
-def load_model(name: str, weights: str | None = None, device: str = "cpu", draft: str | None = None) -> ImageModel:
+def load_model(
+    name: str, weights: str | None = None, device: str = "cpu", draft: str | None = None, *, fast_path: bool = False
+) -> ImageModel:
     """Load a registered model (a continuous pair with the draft `draft` names, "none" for none, where it
-    takes one); raises UnknownModel or ModelUnavailable with a clear message."""
+    takes one; on the fast path, where it has one); raises UnknownModel or ModelUnavailable with a clear message."""
     entry = get_entry(name)
-    options = {}
+    options: dict = {}
+    if fast_path:
+        if not entry.fast_path:
+            takers = ", ".join(other.name for other in MODELS.values() if other.fast_path)
+            raise ModelUnavailable(f"{name} has no fast path (--fast-path is for {takers})")
+        options["fast_path"] = True
     if draft is not None:
         optional = entry.drafts or (entry.continuous and not entry.has_draft)  # mar-b: "none" is its only draft
         if not optional or (draft != "none" and not entry.drafts):

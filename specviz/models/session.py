@@ -9,7 +9,8 @@ from the cache (`crop(-n)`, a negative count in transformers 5); an accepted tre
 the first tokens appended is gathered into place first, as EAGLE does.
 
 A plain chain pass over unpadded prompts passes no mask and no positions, so the model takes its
-own causal fast path.
+own causal fast path. Over a static cache (`specviz.models.fixed_passes`, the fast path for small models)
+every pass passes both: its keys span the cache's whole length, the slots not written yet included.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from specviz.models.protocol import IMAGE_CELL, Geometry
 from specviz.syncing import intended_sync
@@ -149,7 +150,9 @@ class CachedSession:
         self.tokens_fed = 0  # tokens run through the model after the prefill, rejected ones included
         self._cache = cache
         self._prompt = prompt
-        self._plain_prompt = prompt.plain
+        # a static cache's keys span its whole length: every pass needs a mask, padded to that length
+        self._static_length = cache.get_max_length() if isinstance(cache, StaticCache) else None
+        self._plain_prompt = prompt.plain and self._static_length is None
         self._run = run
         self._scale = guidance_scale
         self._combine = combine
@@ -183,9 +186,7 @@ class CachedSession:
             raise ValueError("this session holds tokens out of raster order (forward_at); continue with forward_at")
         tokens = tokens.reshape(-1)
         count = tokens.shape[0]
-        if self._pending:
-            self._cache.crop(-self._pending)
-            self._pending = 0
+        self._drop_pending(self._pending)
         depth = mask = positions = None  # a chain over plain prompts: the model's own causal fast path
         if parents is not None:
             if not isinstance(parents, TreeMask):  # a tree given by its parents: its mask goes to the device now
@@ -225,9 +226,7 @@ class CachedSession:
             raise ValueError(f"{len(tokens)} tokens need {len(tokens)} distinct positions, got {held}")
         if not all(0 <= position < self.geometry.seq_len for position in held):
             raise ValueError(f"positions must lie in the sequence of {self.geometry.seq_len}, got {held}")
-        if self._pending:
-            self._cache.crop(-self._pending)
-            self._pending = 0
+        self._drop_pending(self._pending)
         if self._held is None:  # the committed raster prefix, as held positions
             self._held = torch.arange(self.position, device=self._device)
             self._live = torch.ones(self.position, dtype=torch.bool, device=self._device)
@@ -241,6 +240,7 @@ class CachedSession:
             visible = torch.ones(rows, prompt.width, dtype=torch.bool, device=self._device)
         sees = self._live[None, :] & (self._held[None, :] <= new[:, None])  # (n, tokens held)
         mask = torch.cat([visible[:, None, :].expand(rows, len(held), -1), sees.expand(rows, -1, -1)], dim=-1)
+        mask = self._to_cache_length(mask)
         first = prompt.first_position
         if first is None:
             first = torch.full((rows,), prompt.width, device=self._device)
@@ -269,12 +269,10 @@ class CachedSession:
         count = len(path)
         if path != list(range(count)):
             self._gather(path)
-        if count < self._pending:
-            self._cache.crop(-(self._pending - count))
+        self._drop_pending(self._pending - count)
         if count:
             self._next = self._last[path[-1]]
             self.position += count
-        self._pending = 0
 
     def _check_path(self, path: list[int]) -> None:
         """Each kept token is a child of the one before it, the first a child of the committed prefix."""
@@ -287,12 +285,30 @@ class CachedSession:
                 raise ValueError(f"{path} is not a root-to-node path of the last forward's tokens")
             parent = index
 
+    def _drop_pending(self, count: int) -> None:
+        """Take the last `count` appended tokens out of the cache. A static cache only moves its write
+        position back, on the device (transformers' own `crop` of a static layer, which not every
+        transformers 5 release has), and the next pass overwrites the slots."""
+        if count and self._static_length is None:
+            self._cache.crop(-count)
+        elif count:
+            rewind_static_cache(self._cache, count)
+        self._pending = 0
+
+    def _to_cache_length(self, mask: torch.Tensor) -> torch.Tensor:
+        """A mask over the cache after the pass (..., keys), hiding a static cache's unwritten slots."""
+        if self._static_length is None:
+            return mask
+        if mask.shape[-1] > self._static_length:
+            raise ValueError(f"a pass needs {mask.shape[-1]} cache slots; the static cache holds {self._static_length}")
+        return F.pad(mask, (0, self._static_length - mask.shape[-1]), value=False)
+
     def _gather(self, path: list[int]) -> None:
         """Move the path's keys and values to the slots right after the committed prefix."""
         start = self._prompt.width + self.position
         with intended_sync():  # the kept path's one copy to the device
             source = torch.tensor(path, device=self._device) + start
-        if not isinstance(self._cache, DynamicCache):
+        if not isinstance(self._cache, DynamicCache | StaticCache):
             raise TypeError(f"cannot keep a tree path in a {type(self._cache).__name__}; use a DynamicCache")
         with torch.inference_mode():
             for layer in self._cache.layers:
@@ -309,7 +325,8 @@ class CachedSession:
             visible = torch.ones(rows, prompt.width, dtype=torch.bool, device=device)
         committed = torch.ones(rows, count, self.position, dtype=torch.bool, device=device)
         new = ancestors.expand(rows, count, count)
-        mask = torch.cat([visible[:, None, :].expand(rows, count, -1), committed, new], dim=-1)[:, None]
+        mask = self._to_cache_length(torch.cat([visible[:, None, :].expand(rows, count, -1), committed, new], dim=-1))
+        mask = mask[:, None]
         first = prompt.first_position
         if first is None:
             first = torch.full((rows,), prompt.width, device=device)
@@ -327,6 +344,14 @@ class CachedSession:
         forced = self._layout_device[positions]
         one_hot = torch.where(self._token_ids == forced[:, None], 0.0, float("-inf"))
         return torch.where((forced != IMAGE_CELL)[:, None], one_hot, logits)
+
+
+def rewind_static_cache(cache: StaticCache, count: int) -> None:
+    """Move a static cache's write position back by `count` slots, on the device and without a sync, as
+    transformers' own `crop` of a static layer does (a method not every transformers 5 release has)."""
+    with torch.inference_mode():  # the position is an inference tensor, written in place
+        for layer in cache.layers:
+            layer.cumulative_length.sub_(count)
 
 
 # ---- transformers models -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from transformers import DynamicCache
 
 from specviz.models.draft_head import HEAD_FILES, DraftHead
 from specviz.models.errors import ModelUnavailable
+from specviz.models.fixed_passes import StaticPool, causal_prefill, pass_width, static_capacity
 from specviz.models.protocol import BLANK, Geometry
 from specviz.models.session import CachedSession, PromptRows, transformers_mask
 from specviz.models.settings import SamplingSettings, SettingsError
@@ -95,8 +96,12 @@ class TinyModel:
         default_sampling: SamplingSettings = DEFAULT_SAMPLING,
         draft_head: DraftHead | None = None,
         name: str = "tiny",
+        fast_path: bool = False,
     ):
         self.name = name
+        # sessions over a static cache with fixed-width passes, CUDA graphs on a GPU (`fixed_passes`)
+        self.fast_path = fast_path
+        self._static: StaticPool | None = None
         self.network = network.eval().requires_grad_(False)
         self.draft_head = None if draft_head is None else draft_head.to(device).eval().requires_grad_(False)
         self.tokenizer = tokenizer
@@ -106,8 +111,10 @@ class TinyModel:
         self.geometry = Geometry.plain_grid(config.rows, config.cols, config.vocab_size)
 
     @classmethod
-    def load(cls, weights: str | Path | None = None, device: str = "cpu", name: str = "tiny") -> TinyModel:
-        """The weights of a folder (default: the shipped ones of model `name`)."""
+    def load(
+        cls, weights: str | Path | None = None, device: str = "cpu", name: str = "tiny", fast_path: bool = False
+    ) -> TinyModel:
+        """The weights of a folder (default: the shipped ones of model `name`); `fast_path`: see `fixed_passes`."""
         folder = Path(weights) if weights else SHIPPED[name]
         missing = [file for file in WEIGHT_FILES if not (folder / file).is_file()]
         if missing:
@@ -135,7 +142,7 @@ class TinyModel:
             except WeightsError as error:
                 raise _unusable(folder, str(error)) from None
         place = torch.device(device)
-        return cls(network.to(place), PatchTokenizer(codebook.to(place)), place, sampling, head, name)
+        return cls(network.to(place), PatchTokenizer(codebook.to(place)), place, sampling, head, name, fast_path)
 
     @torch.inference_mode()
     def session(self, prompt: str, guidance_scale: float) -> CachedSession:
@@ -144,20 +151,40 @@ class TinyModel:
         prefix = net.prefix(text)
         if guidance_scale != 1.0:
             prefix = torch.cat([prefix, net.prefix(None, 1)])
-        cache = DynamicCache(config=net.lm.config)
-        hidden = net.lm.model(inputs_embeds=prefix, past_key_values=cache, use_cache=True).last_hidden_state
+        rows, width = prefix.shape[:2]
+        run, mask, positions, passes = self._run, None, None, None
+        if self.fast_path:
+            passes = self._static_pool(width).lend(rows)
+            run, cache = passes, passes.cache
+            mask, positions = causal_prefill(rows, width, self._static.capacity, self.device)
+        else:
+            cache = DynamicCache(config=net.lm.config)
+        hidden = net.lm.model(
+            inputs_embeds=prefix, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
         prefill_logits = net.lm.lm_head(hidden[:, -1])
-        return CachedSession(
+        session = CachedSession(
             self.geometry,
             cache,
             PromptRows(prefix.shape[1]),
             prefill_logits,
-            self._run,
+            run,
             guidance_scale,
             token_vectors=self.tokenizer.codebook,
             draft_head=self.draft_head,
             prefill_features=hidden[:, -1],
         )
+        if passes is not None:
+            self._static.keep_until_gone(session, passes, rows)
+        return session
+
+    def _static_pool(self, prompt_width: int) -> StaticPool:
+        if self._static is None:
+            capacity = static_capacity(prompt_width, self.geometry.seq_len)
+            widest = pass_width(self.geometry.seq_len)
+            graphs = self.device.type == "cuda"
+            self._static = StaticPool(self._run, self.network.lm.config, capacity, widest, graphs=graphs)
+        return self._static
 
     @torch.inference_mode()
     def reference_generate(self, prompt: str, sampling: SamplingSettings, seed: int) -> list[int]:

@@ -1,0 +1,89 @@
+"""The fast path for small models (`specviz.models.fixed_passes`): a static cache and passes padded to
+fixed widths give every method the plain path's distributions, pass by pass.
+
+On the CPU the padded passes run without CUDA graphs; tests/test_cuda.py runs the same checks with them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_unchanged import random_tiny
+
+from specviz.decoding import METHODS, run
+from specviz.models.errors import ModelUnavailable
+from specviz.models.fixed_passes import pass_width
+from specviz.models.registry import load_model
+from specviz.models.shadow import ShadowedModel, ShadowedSession
+from specviz.models.tiny.adapter import TinyModel
+
+DISCRETE = [name for name, method in METHODS.items() if method.iterate is not None]
+# float rounding apart: the padded passes attend over the whole static cache and reduce in another order
+# (below 1e-6 here, 6e-6 on the shipped tiny; a pass that sees a slot it should not: about 0.9)
+ROUNDING = 1e-4
+
+
+def fast_twin(model: TinyModel) -> TinyModel:
+    """The same network and head on the fast path."""
+    return TinyModel(
+        model.network, model.tokenizer, model.device, model.default_sampling, model.draft_head, fast_path=True
+    )
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[TinyModel, TinyModel]:
+    plain = random_tiny()
+    return plain, fast_twin(plain)
+
+
+def test_passes_are_padded_to_powers_of_two():
+    assert [pass_width(count) for count in (1, 2, 3, 5, 8, 9, 17, 64, 65, 256)] == [1, 2, 4, 8, 8, 16, 32, 64, 128, 256]
+
+
+def test_every_method_on_the_fast_path_sees_the_plain_paths_distributions(pair):
+    """Every pass of every method (chains, windows, trees with their kept paths gathered, ZipAR's passes
+    out of raster order, rollbacks) runs on both paths in lock-step; their next-token distributions agree
+    to float rounding. One fast model serves every run, so its pooled caches are reused throughout."""
+    plain, _ = pair
+    fast = fast_twin(plain)
+    for method in DISCRETE:
+        shadowed = ShadowedModel(fast, plain)
+        trace = run(shadowed, method, "red apple", 0)
+        passes = sum(session.passes for session in shadowed.sessions)
+        assert len(trace.tokens) == plain.geometry.seq_len and passes >= trace.nfe - 1, method
+        assert shadowed.largest_gap < ROUNDING, (method, shadowed.largest_gap)
+    assert fast._static.made == 1  # each run's session took the one cache back in turn
+
+
+def test_the_lock_step_comparison_sees_a_different_distribution(pair):
+    """The check can fail: two sessions at different guidance differ at the first token."""
+    plain, _ = pair
+    shadowed = ShadowedSession(plain.session("red apple", 1.5), plain.session("red apple", 3.0))
+    assert shadowed.largest_gap > 0.01
+
+
+def test_padding_is_given_back_after_each_pass(pair):
+    _, fast = pair
+    session = fast.session("red apple", 1.5)
+    cache = session._cache
+    written = int(cache.layers[0].cumulative_length)
+    session.forward(torch.tensor([1, 2, 3]))  # padded to 4
+    assert int(cache.layers[0].cumulative_length) == written + 3
+    session.commit(2)
+    assert int(cache.layers[0].cumulative_length) == written + 2
+
+
+def test_sessions_alive_at_once_hold_their_own_caches(pair):
+    _, fast = pair
+    first, second = fast.session("red apple", 1.5), fast.session("a cat", 1.5)
+    assert first._cache is not second._cache
+    first.forward(torch.tensor([4, 5]))
+    first.commit(2)
+    logits = second.forward(torch.tensor([4]))  # the first session's writes are not in the second's cache
+    alone = fast.session("a cat", 1.5)
+    del first, second
+    torch.testing.assert_close(alone.forward(torch.tensor([4])), logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_model_without_a_fast_path_says_which_have_one():
+    with pytest.raises(ModelUnavailable, match=r"tiny-continuous has no fast path .*tiny, tiny-uncertain"):
+        load_model("tiny-continuous", fast_path=True)
