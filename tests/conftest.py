@@ -50,10 +50,11 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def server():
     """The app, launched once in this process on a free port with app.py's style sheet, timing each run
-    twice after a race or a comparison (the default three cost the suite minutes); yields its URL."""
+    once after a race or a comparison (the default three cost the suite minutes; the tests of the timing
+    rounds and their spread ask for two); yields its URL."""
     from specviz.ui import CSS, MAX_UPLOAD_BYTES, build
 
-    os.environ["SPECVIZ_TIMINGS"] = "2"
+    os.environ["SPECVIZ_TIMINGS"] = "1"
 
     demo = build()
     demo.queue(default_concurrency_limit=1, max_size=32)
@@ -68,6 +69,17 @@ def server():
     )
     yield f"http://127.0.0.1:{port}/"
     demo.close()
+
+
+@pytest.fixture
+def untimed(monkeypatch):
+    """Races and comparisons keep their own clocks, as on a GPU, with no undisturbed re-timing after them:
+    for the app's tests of pictures, layout and narration. The re-timing itself has its own tests
+    (test_app: the summary's spread, Compare's medians, Inspect stepping during a timing round)."""
+    from specviz.ui import compare, race
+
+    monkeypatch.setattr(race, "needs_retiming", lambda model: False)
+    monkeypatch.setattr(compare, "needs_retiming", lambda model: False)
 
 
 @pytest.fixture(scope="session")

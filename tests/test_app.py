@@ -83,7 +83,8 @@ def test_the_app_tests_share_one_worker(request):
         assert request.node.nodeid.endswith("@app"), "the xdist_group is not applied: see requirements-dev.txt"
 
 
-def test_a_race_shows_both_images_and_the_summary(server, tiny):
+def test_a_race_shows_both_images_and_the_summary(server, tiny, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_TIMINGS", "2")  # two undisturbed timings: the summary gives their spread
     client = Client(server, verbose=False)
     method_image, method_counter, ar_image, ar_counter, summary, iteration, _, _, race_map, map_title, _ = _race(client)
     assert "step compression" in summary and re.search("speedup over AR|slower than AR|about the same", summary)
@@ -100,8 +101,7 @@ def test_a_race_shows_both_images_and_the_summary(server, tiny):
     assert not (cells == pending).all(axis=-1).any()  # the finished run's map: every cell committed
 
 
-def test_a_race_on_the_continuous_pair(server, monkeypatch):
-    monkeypatch.setenv("SPECVIZ_TIMINGS", "1")  # one undisturbed timing: a continuous run takes seconds
+def test_a_race_on_the_continuous_pair(server, untimed):
     client = Client(server, verbose=False)
     # choosing the model gives the method list of its kind of tokens, as the browser does
     client.predict("tiny-continuous", api_name="/methods_of")
@@ -155,7 +155,7 @@ def test_bad_input_is_a_message_not_a_stack_trace(server, changes, message, capf
     assert "Traceback" not in capfd.readouterr().err  # the server log has no stack trace either
 
 
-def test_two_users_at_once_get_their_own_runs(server, tiny):
+def test_two_users_at_once_get_their_own_runs(server, tiny, untimed):
     results = {}
 
     def user(name, prompt, seed):
@@ -345,6 +345,7 @@ def test_compare_is_timed_as_the_race_is_and_states_its_settings(server, monkeyp
         yield again.model_copy(update={"seconds": again.seconds + 1000.0})
 
     monkeypatch.setattr(race, "repeat_passes", marked)
+    monkeypatch.setenv("SPECVIZ_TIMINGS", "2")
     client = Client(server, verbose=False)
     values = RACE[:1] + RACE[2:]  # model, prompt, seed, controls, sampling (no method)
     table, _, note = client.predict(*values, False, False, ["sjd"], api_name="/compare")
@@ -357,10 +358,11 @@ def test_compare_is_timed_as_the_race_is_and_states_its_settings(server, monkeyp
     assert float(re.search(r"([\d.]+) s$", ar_counter).group(1)) > 1000  # the race's AR: the same re-timing
 
 
-def test_inspect_has_the_runs_while_their_clocks_are_timed_and_a_step_does_not_wait(server):
+def test_inspect_has_the_runs_while_their_clocks_are_timed_and_a_step_does_not_wait(server, monkeypatch):
     """The race hands its runs to Inspect as soon as both images are complete; the re-timing that follows
     gives way after every pass, so an Inspect step answers before the timing ends, and the round it drew
     during is timed again and said so."""
+    monkeypatch.setenv("SPECVIZ_TIMINGS", "2")  # a step taken in the second round
     client = Client(server, verbose=False, download_files=False)
     job = client.submit(*RACE, "live", api_name="/race")
     while not any("being timed" in str(frame[4]) for frame in job.outputs()):
@@ -378,7 +380,7 @@ def test_inspect_has_the_runs_while_their_clocks_are_timed_and_a_step_does_not_w
     assert "timed once more: Inspect or an export drew during it" in summary and "being timed" not in summary
 
 
-def test_a_new_race_clears_the_last_summary_and_downloads(server):
+def test_a_new_race_clears_the_last_summary_and_downloads(server, untimed):
     client = Client(server, verbose=False, download_files=False)  # every frame's images stay on the server
     job = client.submit(*RACE, "live", api_name="/race")
     job.result()
@@ -548,7 +550,7 @@ def test_the_names_tiny_knows_are_offered_and_follow_the_model(server):
     assert not client.predict("emu3", api_name="/known_prompts_of")["visible"]  # no list for a hub model
 
 
-def test_the_animation_after_a_race_sets_the_method_beside_ar(server):
+def test_the_animation_after_a_race_sets_the_method_beside_ar(server, untimed):
     """By default the exported animation is a 1280x720 slide of the method beside AR, one frame per AR
     pass (AR needs the most); without the box ticked, the method alone, one frame per pass of its own."""
     client = Client(server, verbose=False)
@@ -571,13 +573,12 @@ def test_inspect_explains_how_to_read_each_view(server):
         assert f"**{view}" in text, view
 
 
-def test_slow_motion_shows_every_pass_of_the_method(server, monkeypatch):
+def test_slow_motion_shows_every_pass_of_the_method(server, monkeypatch, untimed):
     """In slow motion the race sends a frame after each of the method's passes (here without the pause,
     which only holds each frame on screen); live it sends one every FRAME_INTERVAL."""
     import specviz.ui.race as race_tab
 
     monkeypatch.setattr(race_tab, "SLOW_MOTION_PAUSE", 0.0)
-    monkeypatch.setenv("SPECVIZ_TIMINGS", "1")
     client = Client(server, verbose=False, download_files=False)
     values = list(RACE)
     values[4 + PARAMETERS.index("window")] = 64

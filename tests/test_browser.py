@@ -276,7 +276,7 @@ FIRST_SCREEN = """return ['method-image', 'ar-image', 'race-bars', 'method-count
 
 
 @pytest.mark.parametrize("large", [False, True], ids=["normal type", "large type"])
-def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_race(server, browser, large):
+def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_race(server, browser, large, untimed):
     """At 1280 x 720 the page opens in the projector layout: the side panel is hidden, and the two pictures,
     the caption under the method's, the bars and the verdict are on the first screen during the race and
     after it, in normal and in large type."""
@@ -371,7 +371,7 @@ def test_a_projector_screen_runs_and_stops_ones_own_settings_from_the_presets_ro
     assert summary.startswith("Stopped before the end") and "sjd" in summary, summary
 
 
-def test_inspect_on_a_projector_shows_the_window_and_image_first_and_answers_a_step_at_once(server, browser):
+def test_inspect_on_a_projector_shows_the_window_and_image_first_and_answers_a_step_at_once(server, browser, untimed):
     """At 1280 x 720 Inspect puts its sentence, the step buttons, the window and the image on the first screen;
     a step and a jump redraw sentence and window (their times printed: the targets are 0.3 s and 0.5 s)."""
     from selenium.webdriver.common.by import By

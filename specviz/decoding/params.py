@@ -8,6 +8,7 @@ names and values that are not what the field says (a window of 2.5 is an error, 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -53,8 +54,7 @@ class Parameters:
     @classmethod
     def fields(cls) -> list[tuple[str, type, Spec]]:
         """(name, type, spec) of every parameter, in declaration order."""
-        hints = get_type_hints(cls)
-        return [(f.name, hints[f.name], f.metadata["spec"]) for f in fields(cls)]
+        return list(_declared(cls))
 
     @classmethod
     def from_dict(cls, given: Mapping[str, Any] | None, method: str = "") -> Self:
@@ -71,6 +71,14 @@ class Parameters:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@functools.cache
+def _declared(cls: type[Parameters]) -> tuple[tuple[str, type, Spec], ...]:
+    """A class's parameters, resolved once: `get_type_hints` evaluates every annotation's string, and
+    parameters are checked on every run and read for every command line flag."""
+    hints = get_type_hints(cls)
+    return tuple((f.name, hints[f.name], f.metadata["spec"]) for f in fields(cls))
 
 
 def _checked(name: str, kind: type, spec: Spec, value: Any) -> Any:
