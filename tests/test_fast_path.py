@@ -10,7 +10,7 @@ import torch
 from test_unchanged import random_tiny
 
 from specviz.decoding import METHODS, run
-from specviz.models.errors import ModelUnavailable
+from specviz.models.errors import ModelUnavailable, UnsupportedMethod
 from specviz.models.fixed_passes import pass_width
 from specviz.models.registry import load_model
 from specviz.models.shadow import ShadowedModel, ShadowedSession
@@ -87,3 +87,9 @@ def test_sessions_alive_at_once_hold_their_own_caches(pair):
 def test_a_model_without_a_fast_path_says_which_have_one():
     with pytest.raises(ModelUnavailable, match=r"tiny-continuous has no fast path .*tiny, tiny-uncertain"):
         load_model("tiny-continuous", fast_path=True)
+
+
+def test_a_tree_wider_than_the_widest_pass_is_refused_before_the_run(pair):
+    _, fast = pair
+    with pytest.raises(UnsupportedMethod, match=r"up to 64 tokens and a tree of 80 drafts needs 81: give --tree-t"):
+        run(fast, "eagle2", "red apple", 0, params={"tree_tokens": 80})

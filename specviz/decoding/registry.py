@@ -67,6 +67,13 @@ class Method(MethodInfo):
             check_needs(session, parameters.drafter)
         if self.decision_order is not None and not callable(getattr(session, "forward_at", None)):
             raise UnsupportedMethod(f"{self.name} feeds tokens out of raster order, which this model's session cannot")
+        widest = getattr(session, "widest_pass", None)  # a session of fixed-width passes (the fast path)
+        drafts = getattr(parameters, "tree_tokens", None)
+        if widest is not None and drafts is not None and drafts + 1 > widest:
+            raise UnsupportedMethod(
+                f"the fast path takes passes of up to {widest} tokens and a tree of {drafts} drafts needs "
+                f"{drafts + 1}: give --tree-tokens {widest - 1} or fewer, or leave out --fast-path"
+            )
 
 
 def _loop(name: str | None) -> Callable | None:

@@ -179,6 +179,11 @@ class CachedSession:
     def guidance_scale(self) -> float:
         return self._scale
 
+    @property
+    def widest_pass(self) -> int | None:
+        """The most tokens one pass may feed (fixed-width passes over a static cache), None: no bound."""
+        return getattr(self._run, "widest", None)
+
     def forward(
         self, tokens: torch.Tensor, parents: Sequence[int] | torch.Tensor | TreeMask | None = None
     ) -> torch.Tensor:
