@@ -55,7 +55,7 @@ def test_the_reduced_report_times_passes_and_benches_a_method_of_each_family(rep
 def test_the_reduced_report_times_the_fast_path_and_checks_its_distributions(report):
     data, page, _ = report
     rows = {row["method"]: row for row in data["fast_path"]["tiny"]["results"]}
-    assert list(rows) == ["ar", "sjd", "eagle2"] and rows["ar"]["plain_speedup"] == rows["ar"]["fast_speedup"] == 1.0
+    assert list(rows) == ["ar", "sjd"] and rows["ar"]["plain_speedup"] == rows["ar"]["fast_speedup"] == 1.0
     assert all(row["plain_seconds"] > 0 and row["fast_seconds"] > 0 for row in rows.values())
     assert all(row["largest_gap"] < 1e-4 for row in rows.values())  # float rounding apart (a broken path: 0.9)
     assert "## The fast path for small models" in page and "| sjd |" in page.split("## The fast path")[1]
