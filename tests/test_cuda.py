@@ -47,9 +47,10 @@ def test_every_method_completes_an_image_on_the_gpu(tiny_cuda, method):
     assert method == "ar" or trace.nfe < 256
 
 
+@pytest.mark.parametrize("fast", [False, True], ids=["plain", "fast path"])
 @pytest.mark.parametrize("method", [name for name in DISCRETE if name != "ar"])
-def test_window_and_tree_passes_make_no_hidden_host_read_on_the_gpu(tiny_cuda, method):
-    assert hidden_reads(tiny_cuda, method, _settings(method)) == 0
+def test_window_and_tree_passes_make_no_hidden_host_read_on_the_gpu(tiny_cuda, tiny_cuda_fast, method, fast):
+    assert hidden_reads(tiny_cuda_fast if fast else tiny_cuda, method, _settings(method)) == 0
 
 
 @pytest.fixture(scope="module")

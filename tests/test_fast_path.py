@@ -10,6 +10,7 @@ import torch
 from test_unchanged import random_tiny
 
 from specviz.decoding import METHODS, run
+from specviz.decoding.syncs import hidden_reads
 from specviz.models.errors import ModelUnavailable, UnsupportedMethod
 from specviz.models.fixed_passes import pass_width
 from specviz.models.registry import load_model
@@ -93,3 +94,12 @@ def test_a_tree_wider_than_the_widest_pass_is_refused_before_the_run(pair):
     _, fast = pair
     with pytest.raises(UnsupportedMethod, match=r"up to 64 tokens and a tree of 80 drafts needs 81: give --tree-t"):
         run(fast, "eagle2", "red apple", 0, params={"tree_tokens": 80})
+
+
+def test_the_fast_paths_passes_make_no_hidden_host_read(pair):
+    """Padding, the cache's rewind and the widths' bookkeeping happen on the device (tests/test_cuda.py
+    counts the same on a GPU, where a CPU-only scalar read would also show)."""
+    _, fast = pair
+    assert {method: hidden_reads(fast, method, {}) for method in DISCRETE if method != "ar"} == dict.fromkeys(
+        [method for method in DISCRETE if method != "ar"], 0
+    )

@@ -104,7 +104,7 @@ class FixedWidthPasses:
         if not extra:
             return tokens, mask, positions
         padding_mask = torch.zeros_like(mask[:, :, :1]).expand(-1, -1, extra, -1).clone()
-        padding_mask[..., 0] = True
+        padding_mask[..., 0].fill_(True)  # on the view: assigning a Python scalar reads it back on CUDA
         return (
             torch.cat([tokens, tokens[:, -1:].expand(-1, extra)], dim=1),
             torch.cat([mask, padding_mask], dim=2),
