@@ -69,7 +69,7 @@ class Plan:
     shape_scale: float = 1.0  # below 1: every width divided, two layers (the CPU's check of the code)
     shape_passes: int = 10  # timed passes of each method on each shape
     mar: tuple[str, ...] = ("mar-b", "mar-l", "mar-h")  # MAR releases whose pass costs give CSpD's c
-    fast_prompts: int = 2  # how many of `prompts` the fast path is timed on
+    fast_prompts: int = 2  # how many of `prompts` the fast path is timed on (0: no fast path step)
     fast_methods: tuple[str, ...] | None = None  # the methods the fast path runs (None: those benched)
 
 
@@ -95,7 +95,7 @@ def sections(plan: Plan) -> list[tuple[str, str]]:
     steps += [("shapes", name) for name in plan.shapes]
     steps += [("mar", "pass costs")] if plan.mar else []
     steps += [(first, "bench")]
-    steps += [(first, "fast path")] if get_entry(first).fast_path else []
+    steps += [(first, "fast path")] if get_entry(first).fast_path and plan.fast_prompts else []
     for name in others:
         steps += [(name, "host reads")] if name != CONTINUOUS_MODEL else []  # the pair reads on the host by design
         steps += [(name, "pass cost"), (name, "bench")]

@@ -132,7 +132,7 @@ def test_a_step_that_fails_is_recorded_and_the_report_goes_on(tmp_path, monkeypa
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     monkeypatch.setattr(module, "host_read_rows", broken)
-    plan = module.Plan(("red apple",), (0,), 1, (1, 2), ("tiny",), ("ar",), shapes=(), mar=())
+    plan = module.Plan(("red apple",), (0,), 1, (1, 2), ("tiny",), ("ar",), shapes=(), mar=(), fast_prompts=0)
     report = module.gpu_report("cpu", tmp_path, plan, only=["tiny"], budget_s=None)
     failure = "RuntimeError: CUDA error: an illegal memory access was encountered"
     assert report["errors"] == {"tiny: host reads": failure}
