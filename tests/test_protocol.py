@@ -116,3 +116,22 @@ def test_commit_takes_a_count_or_a_root_to_node_path_and_nothing_else():
         chain.commit([0, 2])
     chain.commit(torch.tensor([0, 1]))
     assert chain.position == 2 and torch.equal(chain.next_logits, logits[1])
+
+
+def test_the_cache_goes_by_the_keyword_the_installed_transformers_takes():
+    """transformers 5.24 renamed forward's `past_key_values` to `cache` (the old name is removed in 5.40);
+    the lent GPU had 5.17. Each module gets the name its own forward declares."""
+    from specviz.models.session import cache_keyword
+
+    class Before(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, use_cache=False):
+            return past_key_values
+
+    class After(torch.nn.Module):
+        def forward(self, input_ids, cache=None, use_cache=False, **kwargs):
+            return cache
+
+    marker = object()
+    assert cache_keyword(Before(), marker) == {"past_key_values": marker}
+    assert cache_keyword(After(), marker) == {"cache": marker}
+    assert Before()(None, **cache_keyword(Before(), marker)) is After()(None, **cache_keyword(After(), marker))

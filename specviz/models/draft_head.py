@@ -24,6 +24,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
+from specviz.models.session import cache_keyword
 from specviz.models.weights import WeightsError, check_numbers, first_line, read_json, read_tensors
 
 HEAD_FILES = ("head.safetensors", "head.json")
@@ -85,7 +86,7 @@ class DraftHead(nn.Module):
             hidden,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
+            **cache_keyword(self.layer, cache),
             use_cache=cache is not None,
             position_embeddings=self.rotary(hidden, positions),
         )

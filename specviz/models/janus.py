@@ -22,7 +22,7 @@ from transformers import DynamicCache
 
 from specviz.models import hub
 from specviz.models.protocol import Geometry
-from specviz.models.session import CachedSession, PromptRows, transformers_mask
+from specviz.models.session import CachedSession, PromptRows, cache_keyword, transformers_mask
 from specviz.models.settings import SamplingSettings
 
 HUB_ID = "deepseek-community/Janus-Pro-1B"
@@ -120,7 +120,8 @@ class JanusProModel:
         network = self.network
         embeds = network.get_input_embeddings()(ids)
         cache = DynamicCache(config=network.config.text_config)
-        hidden = network.model.language_model(inputs_embeds=embeds, past_key_values=cache, use_cache=True)
+        language_model = network.model.language_model
+        hidden = language_model(inputs_embeds=embeds, **cache_keyword(language_model, cache), use_cache=True)
         prefill_logits = network.model.generation_head(hidden.last_hidden_state[:, -1])
         return CachedSession(
             self.geometry,
@@ -139,7 +140,7 @@ class JanusProModel:
             inputs_embeds=network.prepare_embeddings_for_image_generation(tokens),
             attention_mask=transformers_mask(mask, language_model.config, language_model.dtype),
             position_ids=positions,
-            past_key_values=cache,
+            **cache_keyword(language_model, cache),
             use_cache=True,
         )
         return network.model.generation_head(hidden.last_hidden_state)

@@ -15,6 +15,8 @@ every pass passes both: its keys span the cache's whole length, the slots not wr
 
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -362,6 +364,18 @@ def rewind_static_cache(cache: StaticCache, count: int) -> None:
 # ---- transformers models -------------------------------------------------------------------------
 
 
+@functools.cache
+def _cache_keyword(module_type: type) -> str:
+    """The keyword a transformers module's forward takes its cache by: `cache` since transformers renamed
+    it in 5.24 (`past_key_values` warns from there and is removed in 5.40), `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(module_type.forward).parameters else "past_key_values"
+
+
+def cache_keyword(module: torch.nn.Module, cache) -> dict[str, Any]:
+    """`cache` as the keyword argument `module`'s forward takes it by, in whichever transformers is installed."""
+    return {_cache_keyword(type(module)): cache}
+
+
 def transformers_mask(mask: torch.Tensor | None, config, dtype: torch.dtype) -> torch.Tensor | None:
     """The session's boolean mask as a ready 4D mask for the model's attention implementation.
 
@@ -429,7 +443,7 @@ def separate_prompts_session(
     caches, last = [], []
     for ids in prompts:
         cache = DynamicCache(config=decoder.config)
-        hidden = decoder(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
+        hidden = decoder(input_ids=ids, **cache_keyword(decoder, cache), use_cache=True).last_hidden_state
         caches.append(cache)
         last.append(hidden[:, -1])
     lengths = [ids.shape[1] for ids in prompts]
@@ -441,7 +455,7 @@ def separate_prompts_session(
             input_ids=input_ids[tokens],
             attention_mask=transformers_mask(mask, decoder.config, decoder.dtype),
             position_ids=positions,
-            past_key_values=cache,
+            **cache_keyword(decoder, cache),
             use_cache=True,
         ).last_hidden_state
         return (head(hidden), hidden) if draft_head is not None else head(hidden)

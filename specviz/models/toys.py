@@ -25,7 +25,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from specviz.lossless_toys import TOY_DESCRIPTIONS
 from specviz.models.draft_head import DraftHead
 from specviz.models.protocol import IMAGE_CELL, Geometry
-from specviz.models.session import CachedSession, PromptRows, image_head, transformers_mask
+from specviz.models.session import CachedSession, PromptRows, cache_keyword, image_head, transformers_mask
 from specviz.models.settings import SamplingSettings
 
 GUIDANCE_ROWS = 2  # row 0 conditional, row 1 unconditional
@@ -180,7 +180,7 @@ class LlamaToyModel:
         rows = self.prompt_tokens[: 1 if guidance_scale == 1.0 else GUIDANCE_ROWS]
         cache = DynamicCache(config=self.lm.config)
         ids = torch.tensor(rows, device=self.device)[:, None]
-        hidden = decoder(input_ids=ids, past_key_values=cache, use_cache=True).last_hidden_state
+        hidden = decoder(input_ids=ids, **cache_keyword(decoder, cache), use_cache=True).last_hidden_state
 
         def run(
             tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions
@@ -190,7 +190,7 @@ class LlamaToyModel:
                 input_ids=tokens,
                 attention_mask=attention,
                 position_ids=positions,
-                past_key_values=cache,
+                **cache_keyword(decoder, cache),
                 use_cache=True,
             )
             return self.head(out.last_hidden_state), out.last_hidden_state

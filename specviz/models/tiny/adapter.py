@@ -14,7 +14,7 @@ from specviz.models.draft_head import HEAD_FILES, DraftHead
 from specviz.models.errors import ModelUnavailable
 from specviz.models.fixed_passes import StaticPool, causal_prefill, pass_width, static_capacity
 from specviz.models.protocol import BLANK, Geometry
-from specviz.models.session import CachedSession, PromptRows, transformers_mask
+from specviz.models.session import CachedSession, PromptRows, cache_keyword, transformers_mask
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny.text import TEXT_DIM, shared_text_encoder
@@ -160,7 +160,11 @@ class TinyModel:
         else:
             cache = DynamicCache(config=net.lm.config)
         hidden = net.lm.model(
-            inputs_embeds=prefix, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+            inputs_embeds=prefix,
+            attention_mask=mask,
+            position_ids=positions,
+            **cache_keyword(net.lm.model, cache),
+            use_cache=True,
         ).last_hidden_state
         prefill_logits = net.lm.lm_head(hidden[:, -1])
         session = CachedSession(
@@ -217,7 +221,7 @@ class TinyModel:
             input_ids=tokens,
             attention_mask=transformers_mask(mask, lm.config, lm.dtype),
             position_ids=positions,
-            past_key_values=cache,
+            **cache_keyword(lm.model, cache),
             use_cache=True,
         ).last_hidden_state
         return lm.lm_head(hidden), hidden

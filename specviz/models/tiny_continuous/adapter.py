@@ -12,6 +12,7 @@ from specviz.models.continuous import ContinuousSession, PairSession
 from specviz.models.diffusion_head import DiffusionHead
 from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import BLANK, Geometry
+from specviz.models.session import cache_keyword
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.text import TEXT_DIM, shared_text_encoder
 from specviz.models.tiny.tokenizer import PATCH
@@ -84,13 +85,16 @@ class CachedContinuousSession(ContinuousSession):
             prefix = torch.cat([prefix, network.prefix(None, 1)])
         self.network, self.prefix_len = network, prefix.shape[1]
         self.cache = DynamicCache(config=network.backbone.config)
-        hidden = network.backbone(inputs_embeds=prefix, past_key_values=self.cache, use_cache=True).last_hidden_state
+        cache = cache_keyword(network.backbone, self.cache)
+        hidden = network.backbone(inputs_embeds=prefix, **cache, use_cache=True).last_hidden_state
         super().__init__(head, geometry, network.config.token_dim, guidance, hidden[:, -1][None])
 
     def _run(self, vectors: torch.Tensor, length: int) -> torch.Tensor:
         rows = self.next_condition.shape[1]
         embeds = self.network.token_in(vectors.to(self.network.token_in.weight.dtype))[None].expand(rows, -1, -1)
-        hidden = self.network.backbone(inputs_embeds=embeds, past_key_values=self.cache, use_cache=True)
+        hidden = self.network.backbone(
+            inputs_embeds=embeds, **cache_keyword(self.network.backbone, self.cache), use_cache=True
+        )
         return hidden.last_hidden_state.transpose(0, 1)
 
     def _crop(self, length: int) -> None:
