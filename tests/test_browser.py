@@ -122,7 +122,7 @@ def test_press_run_and_watch_the_race(server, browser):
     assert tabs == ["Race", "Inspect", "Compare", "Replay and export"], tabs  # each tab under its own name
 
 
-def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser):
+def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser, untimed):
     """At a projector's 1280 x 720 the page opens in the projector layout with the presets above the fold,
     and without it Run is there too; one press fills the controls, says what to watch and races."""
     from selenium.webdriver.common.by import By
@@ -147,7 +147,6 @@ def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser)
     assert on_first_screen(button) and on_first_screen(run), "presets and Run must show without scrolling"
     button.click()
     pressed = time.perf_counter()
-    # the summary shows when the images are complete; Inspect takes the runs once they are timed again
     while time.perf_counter() - pressed < 120 and not _timed(_text(browser, "race-summary")):
         time.sleep(0.05)
     assert "stall" in _text(browser, "preset-note").lower()
