@@ -55,7 +55,7 @@ def has_trees(trace: Trace) -> bool:
     return trace.kind == "tree"
 
 
-def opening_iteration(trace: Trace) -> int:
+def opening_iteration(trace: Trace, on: str | None = None) -> int:
     """The iteration a viewer should see first, rather than iteration 0 (an empty grid, no drafts).
 
     Tree runs: the first tree pass with the longest accepted path, the deepest the trees reached.
@@ -64,10 +64,15 @@ def opening_iteration(trace: Trace) -> int:
     blank picture).
     Window runs: the first pass that both accepted and rejected a draft (the rule at work); where none
     did, the first with the most kinds of draft fate (the most of the legend at once).
+    `on="stall"` (a preset about stalls): the first pass of the run's longest stall (the earliest of the
+    longest), where it has one.
     """
     if not trace.iterations:
         return 0
     its = trace.iterations
+    stalled = stalls(trace) if on == "stall" else []
+    if stalled:
+        return max(stalled, key=lambda found: (found[1], -found[0]))[0]
     if has_trees(trace):
         return max(range(len(its)), key=lambda j: (its[j].kind == "tree", its[j].accepted, -j))
     if trace.continuous:

@@ -26,6 +26,9 @@ class Preset:
     contrast: bool = False  # also run it with pre-filling switched, both in Inspect (CSpD's figure 11)
     # race in slow motion: a mechanism over in a second live (a few dozen passes) is shown pass by pass
     slow_motion: bool = False
+    # where Inspect opens on the race: "stall", the first pass of the run's longest stall; None, where it
+    # opens on any run (`metrics.opening_iteration`)
+    opens_on: str | None = None
 
 
 PRESETS = (
@@ -68,13 +71,14 @@ PRESETS = (
         "**A stall.** A prompt the model never saw (`a red car`: tiny knows emoji names) leaves it unsure, "
         "and SJD's window can sit for dozens of passes accepting nothing: each pass redraws the first "
         "draft and rejects it again. Seed 1 stalls 83 passes in a row and needs 178 passes in all, against "
-        "AR's 256 single-token ones (seeds 0-2: 184, 178, 171 passes). In Inspect, step with *Next "
-        "acceptance* to jump over the stall.",
+        "AR's 256 single-token ones (seeds 0-2: 184, 178, 171 passes). Inspect opens on the long stall's "
+        "first pass; step with *Next acceptance* to jump over it.",
         "tiny",
         "sjd",
         "a red car",
         seed=1,
         params={"window": 16, "init": "random"},
+        opens_on="stall",
     ),
     Preset(
         "sjd-pac",

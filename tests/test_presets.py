@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from specviz import metrics
 from specviz.decoding import METHODS, run
 from specviz.models.registry import get_entry, load_model
 from specviz.presets import PRESET_BY_KEY, PRESETS
@@ -58,6 +59,13 @@ def test_the_runs_a_preset_quotes_are_what_the_model_does(tiny, key, nfe):
             current = current + 1 if iteration.accepted == 0 else 0
             longest = max(longest, current)
         assert longest == 83 and "stalls 83 passes" in preset.explanation
+        # Inspect opens on the 83-pass stall's first pass (an 18-pass one comes first), not on the run's
+        # first acceptance and rejection
+        assert metrics.stalls(trace)[:2] == [(17, 18), (36, 83)]
+        assert metrics.opening_iteration(trace, preset.opens_on) == 36 and metrics.opening_iteration(trace) < 17
+        assert "opens on the long stall's first pass" in preset.explanation
+    else:
+        assert metrics.opening_iteration(trace, preset.opens_on) == metrics.opening_iteration(trace)
 
 
 def test_the_scd_preset_shows_the_effect_it_quotes_on_the_uncertain_model():

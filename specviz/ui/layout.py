@@ -132,14 +132,15 @@ def build() -> gr.Blocks:
             race_tab, side, runs, inspect_tab.iteration, inspect_tab.loaded, replay_tab.downloads
         )
         race_events = []
+        own_race = racer()
         for run_button in (side.run_button, projector_run):
-            race_events.append(run_button.click(racer, race_inputs, race_outputs, **race_options))
+            race_events.append(run_button.click(own_race, race_inputs, race_outputs, **race_options))
             run_button.click(lambda: "", None, race_tab.preset_note, queue=False)  # one's own run: no preset story
         preset_outputs = side.preset_outputs(compare_tab.methods, race_tab.preset_note, race_tab.speed)
         preset_races = []
         for key, button in preset_buttons.items():
             raced = button.click(functools.partial(controls.preset_controls, key), None, preset_outputs).then(
-                racer, race_inputs, race_outputs, **race_options
+                racer(PRESET_BY_KEY[key].opens_on), race_inputs, race_outputs, **race_options
             )
             preset_races.append(raced)
             if PRESET_BY_KEY[key].contrast:  # the finding is a comparison of two runs in Inspect

@@ -334,23 +334,25 @@ def play_frames(runs: dict, slow: bool, animate: bool = True) -> Iterator[dict[s
     yield {**final, "bars": bars_now(), "summary": f"{summary}\n\n{played}"}
 
 
-def race_seconds(request: RunRequest, slow: bool) -> int:
+def race_seconds(request: RunRequest, slow: bool, opens_on: str | None = None) -> int:
     """GPU time for a race: AR's pass per token, the method's at most one per token and a draft model's,
-    and in slow motion the pause after each of the method's passes."""
+    and in slow motion the pause after each of the method's passes (`opens_on`, the race's other
+    argument, costs nothing)."""
     tokens = get_model(request.model).geometry.seq_len
     return gpu_seconds(3 * tokens, tokens * SLOW_MOTION_PAUSE if slow else 0.0)
 
 
 def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, loaded: gr.Number, downloads: gr.File):
-    """The race handler; returns it with its inputs, outputs and options, for Run and the presets."""
+    """The race: a maker of its handler (`racer(opens_on)`, one for Run and one for each preset), with its
+    inputs, outputs and options."""
     outputs = {field.name: getattr(tab, field.name) for field in dataclasses.fields(tab)}
     outputs.update(runs=runs, iteration=iteration, loaded=loaded, downloads=downloads)
 
-    @gpu_work(model=lambda request, slow: request.model, duration=race_seconds)
+    @gpu_work(model=lambda request, slow, opens_on: request.model, duration=race_seconds)
     @user_errors
-    def race_frames(request: RunRequest, slow: bool) -> Iterator[dict[str, object]]:
+    def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterator[dict[str, object]]:
         """The race as frames of output values keyed by name (plain values: inside a GPU call they cross
-        processes)."""
+        processes); Inspect opens on the runs at `opening_iteration(trace, opens_on)`."""
         chosen = get_model(request.model)
         contest = on_compute_thread(
             Race, chosen, request.method, request.prompt, request.seed, request.sampling, request.params()
@@ -419,7 +421,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             "bars": bars(trace, ar),
             **progress_view(trace, "final"),
             "runs": {"trace": trace, "ar": ar},
-            "iteration": opened_at(trace),
+            "iteration": opened_at(trace, opens_on),
             "loaded": next(LOADS),
             "activity": RaceActivity("retiming") if wanted else None,
         }
@@ -452,12 +454,17 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             "activity": None,
         }
 
-    @user_errors
-    def race(data: dict) -> Iterator[dict]:
-        request = controls.request(data)
-        request.check(get_model(request.model))  # refused here, before any work or GPU slot
-        for frame in race_frames(request, data[tab.speed] == "slow"):
-            yield {outputs[name]: value for name, value in frame.items()}
+    def racer(opens_on: str | None = None) -> Callable[[dict], Iterator[dict]]:
+        """The handler of Run (`opens_on` None) or of a preset (its `opens_on`)."""
+
+        @user_errors
+        def race(data: dict) -> Iterator[dict]:
+            request = controls.request(data)
+            request.check(get_model(request.model))  # refused here, before any work or GPU slot
+            for frame in race_frames(request, data[tab.speed] == "slow", opens_on):
+                yield {outputs[name]: value for name, value in frame.items()}
+
+        return race
 
     inputs = controls.run_inputs | {tab.speed}
     options = {
@@ -467,7 +474,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
     }
     shown = ["method_image", "method_counter", "ar_image", "ar_counter", "summary", "runs", "iteration"]
     shown += ["downloads", "bars", "progress", "progress_title", "activity", "loaded"]
-    return race, inputs, [outputs[name] for name in shown], options
+    return racer, inputs, [outputs[name] for name in shown], options
 
 
 def final_picture(model, trace: Trace):

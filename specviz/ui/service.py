@@ -480,7 +480,7 @@ def server_address(environ: dict[str, str]) -> tuple[str, int]:
     return host, int(value)
 
 
-def opened_at(trace: Trace) -> dict:
+def opened_at(trace: Trace, on: str | None = None) -> dict:
     """The iteration slider for a new run: its range, at the iteration Inspect opens on
-    (`metrics.opening_iteration`)."""
-    return gr.update(maximum=max(1, len(trace.iterations) - 1), value=metrics.opening_iteration(trace))
+    (`metrics.opening_iteration`; `on`: a preset's focus)."""
+    return gr.update(maximum=max(1, len(trace.iterations) - 1), value=metrics.opening_iteration(trace, on))
