@@ -64,8 +64,6 @@ def test_the_runs_a_preset_quotes_are_what_the_model_does(tiny, key, nfe):
         assert metrics.stalls(trace)[:2] == [(17, 18), (36, 83)]
         assert metrics.opening_iteration(trace, preset.opens_on) == 36 and metrics.opening_iteration(trace) < 17
         assert "opens on the long stall's first pass" in preset.explanation
-    else:
-        assert metrics.opening_iteration(trace, preset.opens_on) == metrics.opening_iteration(trace)
 
 
 def test_the_scd_preset_shows_the_effect_it_quotes_on_the_uncertain_model():
