@@ -88,3 +88,13 @@ def eagle2_trace(tiny):
     from specviz.decoding import run
 
     return run(tiny, "eagle2", "red apple", 0)
+
+
+@pytest.fixture(scope="session")
+def greedy_ar(tiny):
+    """Greedy AR on the embedded model for "cat face" at guidance 3: the one outcome every greedy method
+    must reproduce, run once per worker for the seven tests that compare with it."""
+    from specviz.decoding import run
+    from specviz.models.settings import SamplingSettings
+
+    return run(tiny, "ar", "cat face", seed=0, sampling=SamplingSettings(temperature=0, guidance_scale=3.0))

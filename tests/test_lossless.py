@@ -9,8 +9,10 @@ variants (other initialisations, windows, options) 6,000, the long toy 8,000 and
 on the long one and 1,500 through the llama toy. Without it (CI) every size is reduced, to 3,000 for a
 main configuration: the tests still show their power, since the deliberately broken variants below
 fail at the reduced sizes too (the residual left out of SJD at p 2.6e-8 with 3,000 images, 1e-17 with
-6,000). A broken variant or a relaxed method is checked at a fixed size, the smallest that shows it with a
-wide margin (its p measured at that size is in its test).
+6,000). Through the llama toy's real attention a bug is gross: a cache never cropped gives p 2e-11 with 400
+images, a tree mask that lets siblings see each other p 7e-50 with 250, so 400 (chains) and 300 (trees)
+suffice there. A broken variant or a relaxed method is checked at a fixed size, the smallest that shows it
+with a wide margin (its p measured at that size is in its test).
 """
 
 import pytest
@@ -29,10 +31,10 @@ SIZES = {
     "main": (20_000, 3_000),
     "variant": (6_000, 2_000),
     "long": (8_000, 2_500),
-    "llama": (3_000, 1_000),
+    "llama": (3_000, 400),
     "tree": (8_000, 2_500),
     "tree_long": (3_000, 1_200),
-    "tree_llama": (1_500, 700),
+    "tree_llama": (1_500, 300),
 }
 
 
@@ -147,6 +149,23 @@ def test_a_tree_that_keeps_refused_siblings_in_p_is_caught(monkeypatch):
     """Testing the next sibling against p(x) instead of p(x) renormalised over what the refused ones left."""
     monkeypatch.setattr("specviz.decoding.tree.sibling_acceptance", lambda mass, earlier: mass)
     report = check_lossless("eagle2", samples=1_000, seed=11)  # p 3e-14 at 1,000
+    print(report.summary())
+    assert not report.matches and report.p_value < 1e-6
+
+
+def test_a_tree_mask_that_lets_siblings_see_each_other_is_caught(monkeypatch):
+    """Through the llama toy's real attention: each tree token attending to every earlier one (a causal
+    mask) instead of only its ancestors. The power of the tree tests' llama sizes."""
+    import specviz.models.session as session
+
+    honest = session.tree_structure
+
+    def causal(parents):
+        ancestors, depths = honest(parents)
+        return torch.ones_like(ancestors).tril(), depths
+
+    monkeypatch.setattr(session, "tree_structure", causal)
+    report = check_lossless("eagle2", samples=250, seed=11, toy="llama")  # p 7e-50 at 250
     print(report.summary())
     assert not report.matches and report.p_value < 1e-6
 
@@ -306,9 +325,9 @@ def test_a_session_that_combines_guidance_wrongly_is_caught(monkeypatch):
 def test_a_session_that_keeps_rejected_drafts_in_its_cache_is_caught(monkeypatch, toy):
     """SJD through a cache that never crops: later passes attend to rejected drafts."""
     monkeypatch.setattr("transformers.DynamicCache.crop", lambda self, count: None)
-    report = check_lossless("sjd", samples=400, seed=11, toy=toy)
+    report = check_lossless("sjd", samples=400, seed=11, toy=toy)  # p 3e-145 (short), 2e-11 (llama) at 400
     print(report.summary())
-    assert not report.matches
+    assert not report.matches and report.p_value < 1e-6
 
 
 def test_only_the_llama_toy_runs_on_another_device():

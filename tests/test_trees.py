@@ -34,9 +34,8 @@ def test_every_tree_method_completes_the_image_with_a_valid_trace(tiny, method):
 @pytest.mark.parametrize(
     "method, drafter", [("eagle2", "training-free"), ("peanut", "training-free"), ("eagle2", "head")]
 )
-def test_greedy_trees_reproduce_greedy_ar_exactly(tiny, method, drafter):
-    greedy = SamplingSettings(temperature=0, guidance_scale=3.0)
-    ar = run(tiny, "ar", "cat face", seed=0, sampling=greedy)
+def test_greedy_trees_reproduce_greedy_ar_exactly(tiny, greedy_ar, method, drafter):
+    greedy, ar = SamplingSettings(temperature=0, guidance_scale=3.0), greedy_ar
     trace = run(tiny, method, "cat face", seed=9, sampling=greedy, params={**SMALL_TREES, "drafter": drafter})
     assert trace.tokens == ar.tokens and trace.lossless
     assert trace.nfe < ar.nfe
