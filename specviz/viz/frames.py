@@ -387,35 +387,52 @@ def slide_frame(panels: Sequence[Panel], title: tuple[str, str], dark: bool = Fa
     """A frame of an exported animation, SLIDE_SIZE unless the grid needs more: the title, the panels
     side by side (image and grid each, labelled with the method and its progress, "done" once its run
     has finished) and one legend. Panels must share a grid, as a method and AR of one run do."""
-    if not panels:
-        raise ValueError("a slide frame needs at least one run")
-    if any(p.trace.geometry != panels[0].trace.geometry for p in panels):
-        raise ValueError("the runs in one frame must share a grid")
-    layout = _slide_layout([p.trace for p in panels])
-    width = layout.size[0]
-    canvas = Image.new("RGB", layout.size, BACKGROUND[dark])
-    draw = ImageDraw.Draw(canvas)
-    headline, numbers = slide_font(TITLE_PX, bold=True), slide_font(SUBTITLE_PX)
-    draw.text((MARGIN, layout.title_y), _fitted(title[0], headline, width - 2 * MARGIN), FOREGROUND[dark], headline)
-    draw.text(
-        (MARGIN, layout.title_y + TITLE_LINE), _fitted(title[1], numbers, width - 2 * MARGIN), FOREGROUND[dark], numbers
-    )
-    g = panels[0].trace.geometry
-    panel_w = 2 * g.cols * layout.scale + INNER_GAP
-    left, top = layout.panels_xy
-    for index, panel in enumerate(panels):
-        x = left + index * (panel_w + PANEL_GAP)
-        finished = len(panels) > 1 and panel.j == len(panel.trace.iterations) - 1
-        _draw_panel(canvas, panel, x, top, layout.scale, finished, dark)
-        if index:  # a rule between the runs
-            rule_x = x - PANEL_GAP // 2
+    slide = _Slide([p.trace for p in panels], title, dark)
+    return slide.frame(panels)
+
+
+class _Slide:
+    """The slide frames of one animation: the layout, title, legend and rules between the runs drawn
+    once (they never change between frames), each frame a copy with the panels drawn on it."""
+
+    def __init__(self, traces: Sequence[Trace], title: tuple[str, str], dark: bool):
+        if not traces:
+            raise ValueError("a slide frame needs at least one run")
+        if any(t.geometry != traces[0].geometry for t in traces):
+            raise ValueError("the runs in one frame must share a grid")
+        self.traces, self.dark = list(traces), dark
+        self.layout = layout = _slide_layout(traces)
+        width = layout.size[0]
+        self.backdrop = Image.new("RGB", layout.size, BACKGROUND[dark])
+        draw = ImageDraw.Draw(self.backdrop)
+        headline, numbers = slide_font(TITLE_PX, bold=True), slide_font(SUBTITLE_PX)
+        for y, line, font in ((layout.title_y, title[0], headline), (layout.title_y + TITLE_LINE, title[1], numbers)):
+            draw.text((MARGIN, y), _fitted(line, font, width - 2 * MARGIN), FOREGROUND[dark], font)
+        g = traces[0].geometry
+        self.panel_w = 2 * g.cols * layout.scale + INNER_GAP
+        left, top = layout.panels_xy
+        for index in range(1, len(traces)):  # a rule between the runs
+            rule_x = left + index * (self.panel_w + PANEL_GAP) - PANEL_GAP // 2
             draw.line([(rule_x, top), (rule_x, layout.legend_y - SECTION_GAP)], colors(dark)["committed"], 2)
-    legend_font = slide_font(LEGEND_PX)
-    for row, keys in enumerate(layout.legend):
-        row_w = sum(_legend_item_width(legend_font, LEGEND_PX, key) for key in keys) - 2 * LEGEND_PX
-        y = layout.legend_y + row * LEGEND_LINE
-        _draw_legend_row(draw, keys, (width - row_w) // 2, y, legend_font, LEGEND_PX, dark)
-    return canvas
+        legend_font = slide_font(LEGEND_PX)
+        for row, keys in enumerate(layout.legend):
+            row_w = sum(_legend_item_width(legend_font, LEGEND_PX, key) for key in keys) - 2 * LEGEND_PX
+            y = layout.legend_y + row * LEGEND_LINE
+            _draw_legend_row(draw, keys, (width - row_w) // 2, y, legend_font, LEGEND_PX, dark)
+        # the only pixels a frame changes: the panels with their labels and the hairline under the image
+        self.changing = (0, top, width, layout.legend_y - SECTION_GAP + 1)
+
+    def frame(self, panels: Sequence[Panel]) -> Image.Image:
+        """The backdrop with `panels` (one per run, in the slide's order) drawn on it."""
+        if len(panels) != len(self.traces) or any(p.trace is not t for p, t in zip(panels, self.traces, strict=False)):
+            raise ValueError("a slide's frames show the runs it was made for, in their order")
+        canvas = self.backdrop.copy()
+        left, top = self.layout.panels_xy
+        for index, panel in enumerate(panels):
+            finished = len(panels) > 1 and panel.j == len(panel.trace.iterations) - 1
+            x = left + index * (self.panel_w + PANEL_GAP)
+            _draw_panel(canvas, panel, x, top, self.layout.scale, finished, self.dark)
+        return canvas
 
 
 def frames_per_pass(passes: int, fps: float = VIDEO_FPS) -> int:
@@ -466,9 +483,20 @@ class _GifPalette:
         rgb = rgb.astype(np.uint32)
         return (rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]
 
-    def indices(self, picture: Image.Image) -> np.ndarray:
-        """The frame as palette indices, (height, width) of uint8."""
-        packed = self._pack(np.asarray(picture.convert("RGB")))
+    def indices(
+        self, picture: Image.Image, box: tuple[int, int, int, int] | None = None, around: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The frame as palette indices, (height, width) of uint8; given `box` (left, top, right, bottom)
+        and `around`, the indices of a frame with the same pixels outside the box, only the box is mapped."""
+        if box is None:
+            return self._map(np.asarray(picture.convert("RGB")))
+        left, top, right, bottom = box
+        found = around.copy()
+        found[top:bottom, left:right] = self._map(np.asarray(picture.crop(box).convert("RGB")))
+        return found
+
+    def _map(self, pixels: np.ndarray) -> np.ndarray:
+        packed = self._pack(pixels)
         found = self._index[packed]
         if (found == UNCHANGED).any():
             new = np.unique(packed[found == UNCHANGED])
@@ -549,8 +577,8 @@ def write_animation(
     if ar is not None:
         check_same_run(trace, ar)
         sides.append((ar, ar_image_at or (lambda j: None)))
-    _slide_layout([side for side, _ in sides])  # a grid too big to animate is refused before any image is made
-    title = slide_title(trace, ar)
+    # a grid too big to animate is refused before any image is made
+    slide = _Slide([side for side, _ in sides], slide_title(trace, ar), dark)
     images = [functools.lru_cache(maxsize=2)(at) for _, at in sides]  # a finished run's image is made once
 
     def after(passes: int) -> Image.Image:
@@ -559,7 +587,7 @@ def write_animation(
             for (side, _), image in zip(sides, images, strict=True)
             for j in [iteration_after(side, passes)]
         ]
-        return slide_frame(panels, title, dark)
+        return slide.frame(panels)
 
     longest = max(len(side.iterations) for side, _ in sides)
     steps = [j + 1 for j in export_iterations(longest, MAX_FRAMES)]
@@ -567,6 +595,7 @@ def write_animation(
     repeats = frames_per_pass(len(steps), fps)
     durations = gif_durations(len(steps), 1000 * repeats / fps)
     palette = _GifPalette(last, dark) if ".gif" in suffixes else None
+    backdrop = palette.indices(slide.backdrop) if palette is not None else None
     writers: list = []
     try:
         for path in paths:
@@ -577,7 +606,7 @@ def write_animation(
         for index, passes in enumerate(steps):
             picture = last if passes == longest else after(passes)
             held = round(HOLD_LAST_SECONDS * fps) if passes == longest else repeats  # the finished image stays
-            indexed = palette.indices(picture) if palette is not None else None
+            indexed = palette.indices(picture, slide.changing, backdrop) if palette is not None else None
             for writer in writers:
                 if isinstance(writer, _GifStream):
                     writer.append(indexed, durations[index])
