@@ -16,6 +16,13 @@ from specviz.trace import Trace, TraceError
 from specviz.viz.narration import spread_text
 
 
+@pytest.fixture(scope="module")
+def short_run(tiny):
+    """A run of few passes (SJD at window 32) for the tests of timing again: what they check is how rounds are
+    kept, abandoned and repeated, whatever the run; AR's 256 passes would only make each round longer."""
+    return run(tiny, "sjd", "sun", 0, params={"window": 32})
+
+
 def test_a_race_draws_exactly_the_two_runs_it_races(tiny):
     """Interleaving changes nothing of either run: each side's tokens and passes are those of its own run,
     and the side advanced is always the one behind on its own clock."""
@@ -30,8 +37,8 @@ def test_a_race_draws_exactly_the_two_runs_it_races(tiny):
     assert contest.finished and contest.step() is None
 
 
-def test_timing_again_reports_each_round_and_refuses_a_run_that_changed(tiny, monkeypatch):
-    trace = run(tiny, "sjd", "sun", 0, params={"window": 32})
+def test_timing_again_reports_each_round_and_refuses_a_run_that_changed(tiny, short_run, monkeypatch):
+    trace = short_run
     rounds = list(race.retimed(tiny, [trace], repeats=3))
     assert [len(r.traces[0].timings) for r in rounds] == [1, 2, 3]  # the clocks so far after each round
     assert [r.done for r in rounds] == [1, 2, 3] and not any(r.abandoned for r in rounds)
@@ -47,15 +54,14 @@ def test_timing_again_reports_each_round_and_refuses_a_run_that_changed(tiny, mo
     assert abandoned.abandoned and abandoned.done == 0 and abandoned.traces == [trace]
 
 
-def test_timing_stops_after_two_rounds_once_its_budget_is_spent(tiny):
-    trace = run(tiny, "ar", "sun", 0)
-    assert len(list(race.retimed(tiny, [trace], repeats=5, budget=0.0))) == 2  # a spread needs two
+def test_timing_stops_after_two_rounds_once_its_budget_is_spent(tiny, short_run):
+    assert len(list(race.retimed(tiny, [short_run], repeats=5, budget=0.0))) == 2  # a spread needs two
 
 
-def test_timing_gives_way_after_every_pass_and_times_a_disturbed_round_again(tiny):
+def test_timing_gives_way_after_every_pass_and_times_a_disturbed_round_again(tiny, short_run):
     """With a count of the viewers' drawing, the repeats yield after every pass (the app's Inspect may then
     use the compute thread) and a round during which the count moved is not kept: it is timed again."""
-    trace = run(tiny, "sjd", "sun", 0, params={"window": 32})
+    trace = short_run
     drawn = [0]
     items = []
     for item in race.retimed(tiny, [trace], repeats=2, interruptions=lambda: drawn[0]):
@@ -70,7 +76,7 @@ def test_timing_gives_way_after_every_pass_and_times_a_disturbed_round_again(tin
     assert list(never_quiet) == []  # no time left and no quiet round: nothing timed, the race's clocks stay
 
 
-def test_a_round_timed_inside_a_playback_sees_the_viewers_drawing(tiny):
+def test_a_round_timed_inside_a_playback_sees_the_viewers_drawing(tiny, short_run):
     """Play again draws frames on the compute thread for as long as it plays: a round timed wholly inside it
     (no drawing started or ended meanwhile) is disturbed too, and timed again once the playback ends."""
     from specviz.ui.service import ViewerWork
@@ -87,7 +93,7 @@ def test_a_round_timed_inside_a_playback_sees_the_viewers_drawing(tiny):
     assert work() != work()
     list(frames)  # over: the count is still
     assert work() == work()
-    trace = run(tiny, "ar", "sun", 0)
+    trace = short_run
     playing = playback()
     next(playing)
     rounds = [item for item in race.retimed(tiny, [trace], repeats=2, budget=0.01, interruptions=work) if item]
@@ -107,8 +113,8 @@ def test_the_deployment_chooses_how_often_runs_are_timed(monkeypatch, value, ok)
             race.timings_wanted()
 
 
-def test_the_speedup_spread_pairs_repeats_and_reads_as_people_say_it(tiny):
-    trace = run(tiny, "sjd", "sun", 0)
+def test_the_speedup_spread_pairs_repeats_and_reads_as_people_say_it(short_run):
+    trace = short_run
     method = trace.model_copy(update={"timings": [1.0, 2.0, 1.0]})
     ar = trace.model_copy(update={"method": "ar", "timings": [2.0, 2.0, 3.0]})
     assert timed_speedup(method, ar) == Speedup(2.0, 1.0, 3.0, 3)  # ratios 2, 1, 3 paired by repeat
