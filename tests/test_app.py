@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gradio_client import Client, handle_file
+from gradio_client.utils import is_file_obj_with_meta
 from PIL import Image
 
 import specviz
@@ -70,7 +71,7 @@ def _latest(client: Client, values: list) -> list:
 
 def _downloaded(value):
     """A file output (the server's description of it) as a local copy; any other value as it is."""
-    if not (isinstance(value, dict) and value.get("meta", {}).get("_type") == "gradio.FileData"):
+    if not is_file_obj_with_meta(value):  # gradio_client's own test of a file output
         return value
     folder = Path(tempfile.mkdtemp(prefix="specviz-race-"))
     path = folder / Path(value["path"]).name
