@@ -58,12 +58,12 @@ def _latest(client: Client, values: list) -> list:
     its images when the runs finish, then only clocks and summary while it times them again), its files
     downloaded. gradio_client would download every image of every frame, each in a new HTTP client with
     its own TLS context: seconds per race, spent by the test, not the app."""
-    client.download_files = False
+    downloads, client.download_files = client.download_files, False
     try:
         job = client.submit(*values, "live", api_name="/race")  # the race speed comes last
         job.result()
     finally:
-        client.download_files = True
+        client.download_files = downloads
     frames = job.outputs()
     last = (next((frame[i] for frame in reversed(frames) if not _skip(frame[i])), None) for i in range(len(frames[-1])))
     return [_downloaded(value) for value in last]
