@@ -35,7 +35,6 @@ MESSAGE_CHARS = {False: 56, True: 32}  # characters per line of a message in pla
 TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): the app lays its plot label
 # and toolbar over the top of the figure
 SUBPLOT_TITLE_SIZE = 16  # what make_subplots sets its titles' font to
-GRID_SHARE = 0.55  # of the window figure's width in normal type: the grid's, the legend's beside it
 STRIP = 0.12  # height of the fate strip under the ratio bars, in units of the ratio axis
 OFFSET_TITLE = "offset in the window (0 = first draft)"  # not the grid's columns, drawn above it
 # the bars' subtitle; in large type (as big as the axis titles) the short form fits a half-width plot
@@ -290,9 +289,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         row=1,
         col=1,
         range=[-0.5, g.cols - 0.5],
-        domain=[0, 1] if large else [0, GRID_SHARE],  # the grid on the left, the legend beside it
         constrain="domain",
-        constraintoward="center" if large else "left",
         side="top",
         title="column",
     )
@@ -328,13 +325,13 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
             showarrow=False,
             font={"size": 14},
         )
-    # the legend in the room the square grid leaves on its right, where the eye reads it with the grid (under the
-    # bars it made the figure taller than a projector's screen); large type's legend is too wide for that room,
-    # so it goes under the bars, clear of the offset axis's larger title, and the figure grows with the text
-    beside = {"yanchor": "top", "y": 1, "x": GRID_SHARE + 0.03, "xanchor": "left"}
-    below = {"orientation": "h", "yanchor": "top", "y": -0.24, "x": 0.5, "xanchor": "center"}
-    fig.update_layout(barmode="overlay", legend=below if large else beside)
-    fig = _finish(fig, window_title(trace, j), 900 if large else 600, dark, large)
+    # large type: the offset axis's title grows, so the legend moves down clear of it
+    legend_y = -0.24 if large else -0.14
+    fig.update_layout(
+        barmode="overlay", legend={"orientation": "h", "yanchor": "top", "y": legend_y, "x": 0.5, "xanchor": "center"}
+    )
+    # large type: taller as well, so the grid grows with the text instead of giving way to it
+    fig = _finish(fig, window_title(trace, j), 900 if large else 760, dark, large)
     fig.update_annotations(selector={"text": RATIO_TITLE[large]}, font_size=fig.layout.font.size)  # as the rest
     return fig
 
