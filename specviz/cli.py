@@ -392,10 +392,12 @@ def command_gpu_report(args: argparse.Namespace) -> int:
     unknown = sorted(set(only or ()) - set(SECTIONS))
     if only is not None and (unknown or not only):
         raise UsageError(f"--only takes sections from {', '.join(SECTIONS)}, not {', '.join(unknown) or 'nothing'}")
+    if args.prompts is not None and args.prompts < 1:
+        raise UsageError("--prompts must be at least 1")
     configure_threads()
     budget = None if args.minutes is None else args.minutes * 60
     with output_folder(out):
-        report = gpu_report(device, out, budget_s=budget, only=only)
+        report = gpu_report(device, out, budget_s=budget, only=only, prompts=args.prompts)
     print((out / "report.md").read_text())
     print(f"wrote {shown_path(out / 'report.md')} and report.json in {sum(report['seconds'].values()):.0f} s")
     return 0
@@ -682,6 +684,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--minutes", type=number, help="start no section after this many minutes (those left are listed as not run)"
     )
     report_parser.add_argument("--only", help="comma-separated sections to run (default: all, in the report's order)")
+    report_parser.add_argument(
+        "--prompts", type=integer, help="bench only the first N of the plan's prompts (a short lease's whole report)"
+    )
     report_parser.set_defaults(handler=command_gpu_report)
 
     merge_parser = commands.add_parser(

@@ -26,12 +26,13 @@ that time covers the device's work. Writes report.md and report.json.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -141,7 +142,11 @@ def cuda_tests() -> dict:
     tests = Path(__file__).resolve().parents[1] / "tests"
     if not (tests / "test_cuda.py").is_file():
         return {"summary": "not run: no tests folder beside the package (an installed copy)", "returncode": None}
-    command = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-m", "cuda", "-n", "0", "-p", "no:cacheprovider"]
+    # a GPU machine's many cores run the checks side by side (each is bound by the host's kernel launches); on
+    # a small machine one process, where the tests skip at once
+    workers = min(4, (os.cpu_count() or 1) // 4)
+    command = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-m", "cuda", "-n", str(workers)]
+    command += ["-p", "no:cacheprovider"]
     done = subprocess.run([*command, str(tests / "test_cuda.py")], capture_output=True, text=True, cwd=tests.parent)
     lines = done.stdout.strip().splitlines()
     # every failing test by name (pytest's short summary), then the end of the output
@@ -209,13 +214,21 @@ def measure_step(section: str, step: str, plan: Plan, place: torch.device, model
 
 
 def gpu_report(
-    device: str, out: Path, plan: Plan | None = None, budget_s: float | None = None, only: list[str] | None = None
+    device: str,
+    out: Path,
+    plan: Plan | None = None,
+    budget_s: float | None = None,
+    only: list[str] | None = None,
+    prompts: int | None = None,
 ) -> dict:
     """Measure every section on `device` (those in `only`, where given), writing report.json and report.md
     into `out` after each step, so a run cut off keeps what it measured; no step starts after `budget_s`
-    seconds. A step that fails is recorded with its error and the report goes on."""
+    seconds, and the benches take the plan's first `prompts` prompts, where given. A step that fails is
+    recorded with its error and the report goes on."""
     place = torch.device(device)
     plan = plan or plan_for(place)
+    if prompts is not None:
+        plan = replace(plan, prompts=plan.prompts[:prompts])
     report: dict = {
         "machine": machine(place),
         "plan": asdict(plan),

@@ -138,3 +138,15 @@ def test_a_step_that_fails_is_recorded_and_the_report_goes_on(tmp_path, monkeypa
     assert report["errors"] == {"tiny: host reads": failure}
     assert list(report["pass_cost"]) == list(report["bench"]) == ["tiny"]
     assert "tiny: host reads: `RuntimeError: CUDA error" in (tmp_path / "report.md").read_text()
+
+
+def test_prompts_cuts_the_benches_to_the_plans_first_prompts(tmp_path, capsys):
+    """A short lease runs a whole section over fewer prompts rather than lose it to the call's limit."""
+    from specviz import gpu_report as module
+
+    plan = module.Plan(("red apple", "cat face"), (0,), 1, (1,), ("tiny",), ("ar",), shapes=(), mar=(), fast_prompts=0)
+    report = module.gpu_report("cpu", tmp_path, plan, only=["tiny"], prompts=1)
+    assert report["plan"]["prompts"] == ("red apple",)
+    assert "1 prompts x 1 seeds" in report["bench"]["tiny"]["markdown"]
+    assert main(["gpu-report", "--out", str(tmp_path / "other"), "--device", "cpu", "--prompts", "0"]) == 2
+    assert "--prompts must be at least 1" in capsys.readouterr().err
