@@ -466,6 +466,24 @@ def test_large_type_enlarges_the_bars_subtitle_and_keeps_the_rejected_label_off_
     assert grid_pixels(large) >= grid_pixels(normal)  # large type does not shrink the grid
 
 
+def test_the_wide_window_puts_the_bars_and_legend_beside_the_grid_in_a_projectors_height(sjd):
+    """The projector layout's window: grid on the left, the same bars and fates top right, the legend under
+    them, 430 px tall so a 1280 x 720 screen holds it under Inspect's sentence and buttons. Large type keeps
+    the stacked figure (beside the grid its legend left the grid about 130 px wide)."""
+    j = next(j for j, it in enumerate(sjd.iterations) if it.kind == "window" and it.rejected_at is not None)
+    wide, stacked = window_figure(sjd, j, wide=True), window_figure(sjd, j)
+    assert wide.layout.height == 430 < stacked.layout.height
+    assert wide.layout.xaxis.domain[1] < wide.layout.xaxis2.domain[0]  # the bars' column right of the grid's
+    assert wide.layout.yaxis2.domain[0] > 0.5 and wide.layout.legend.x >= wide.layout.xaxis2.domain[0] - 0.05
+    assert wide.layout.legend.orientation == "v" and wide.layout.legend.y < wide.layout.yaxis2.domain[0]
+    assert [(t.name, list(t.y)) for t in _window_traces(wide).values()] == [
+        (t.name, list(t.y)) for t in _window_traces(stacked).values()
+    ]
+    assert [t.xaxis for t in _window_traces(wide).values()] == ["x2"] * len(_window_traces(wide))
+    assert any(a.text == "rejected" and a.xref == "x2" for a in wide.layout.annotations)
+    assert window_figure(sjd, j, large=True, wide=True).layout.height == window_figure(sjd, j, large=True).layout.height
+
+
 def test_rejected_draft_is_marked_however_small_its_ratio(sjd):
     windows = ((j, it) for j, it in enumerate(sjd.iterations) if it.kind == "window")
     j, it = next((j, it) for j, it in windows if it.rejected_at is not None and it.ratio[it.rejected_at] < 0.01)

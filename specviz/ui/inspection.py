@@ -126,9 +126,10 @@ CONTINUOUS_LABELS = {
 }
 
 
-def iteration_views(runs: dict, j: int, large: bool, dark: bool) -> tuple:
+def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = False) -> tuple:
     """The views that follow the iteration slider: the window (a tree run: the tree) of iteration j, the
-    image after it, and (tree runs only) the depth map with iteration j's cells outlined."""
+    image after it, and (tree runs only) the depth map with iteration j's cells outlined. `wide`: the
+    projector layout, whose window puts its bars beside the grid to fit a 1280 x 720 screen."""
     trace: Trace = runs["trace"]
     j = max(0, min(int(j), len(trace.iterations) - 1))
     decoder = decoder_for(trace)
@@ -150,7 +151,7 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool) -> tuple:
             value=viz.depth_map_figure(trace, j, dark=dark, large=large), visible=True, label="Draft-tree depth map"
         )
     else:
-        view = viz.window_figure(trace, j, dark=dark, large=large)
+        view = viz.window_figure(trace, j, dark=dark, large=large, wide=wide)
         depths = gr.update(value=None, visible=False)
     return gr.update(value=view, label=ITERATION_LABELS[trees]), image, depths
 
@@ -315,9 +316,12 @@ def build() -> tuple[InspectTab, dict]:
     return tab, buttons
 
 
-def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> tuple[Callable, Callable, Dependency]:
-    """Slider, playback, jumps and views; returns what chains the views' refresh after an event that sets
-    `runs`, the contrast run's handler (the CSpD preset chains it) and its event (Stop cancels it)."""
+def wire(
+    tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State, projector: gr.Checkbox
+) -> tuple[Callable, Callable, Dependency]:
+    """Slider, playback, jumps and views (the `projector` layout's window is wide); returns what chains the
+    views' refresh after an event that sets `runs`, the contrast run's handler (the CSpD preset chains it)
+    and its event (Stop cancels it)."""
     _window_plot, _iteration_image, _depth_plot = tab.views[:3]
     iteration, timer = tab.iteration, tab.timer
 
@@ -325,70 +329,72 @@ def wire(tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State) -> 
 
     @user_errors
     @VIEWER_WORK.drawing
-    def refresh(state: dict, j: float, kind: str, big: bool, night: bool):
+    def refresh(state: dict, j: float, kind: str, big: bool, night: bool, wide: bool):
         if not state:
             return (gr.update(),) * (len(tab.views) + 2)
-        figures = (*iteration_views(state, j, big, night), *overview_figures(state, kind, big, night))
+        figures = (*iteration_views(state, j, big, night, wide), *overview_figures(state, kind, big, night))
         return (*figures, contrast_label(state), describe_iteration(state, j))
 
-    view_inputs = [runs, iteration, tab.map_kind, controls.large, controls.dark]
+    view_inputs = [runs, iteration, tab.map_kind, controls.large, controls.dark, projector]
     view_outputs = [*tab.views, tab.contrast_button, note]
-    for control in (tab.map_kind, controls.large, controls.dark):
+    for control in (tab.map_kind, controls.large, controls.dark, projector):
         control.change(refresh, view_inputs, view_outputs)
 
     # a step, a jump or a tick answers in one round trip: the new iteration, its views and its sentence together
     # (the slider's own change set off two more, which doubled a step's time in the browser)
     @VIEWER_WORK.drawing
-    def shown_at(state: dict, j: int | dict, big: bool, night: bool, nothing: str | dict | None = None) -> tuple:
+    def shown_at(
+        state: dict, j: int | dict, big: bool, night: bool, wide: bool, nothing: str | dict | None = None
+    ) -> tuple:
         """Iteration j, its views and its sentence; where there is no run, or no move (`j` an update), the
         sentence `nothing` says why (no change where None)."""
         if not state or not isinstance(j, int):
             return (gr.update(),) * 4 + (nothing or gr.update(),)
-        return (j, *iteration_views(state, j, big, night), describe_iteration(state, j))
+        return (j, *iteration_views(state, j, big, night, wide), describe_iteration(state, j))
 
     moved = [iteration, *tab.views[:3], note]
-    where = [runs, iteration, controls.large, controls.dark]
+    where = [runs, iteration, controls.large, controls.dark, projector]
     stepped = {"show_progress": "hidden"}  # no spinner: during playback one would cover every frame
 
     @user_errors
-    def at_iteration(state: dict, j: float, big: bool, night: bool) -> tuple:
+    def at_iteration(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
         """The slider moved by hand: its iteration's views and sentence."""
-        return shown_at(state, step_by(0, state, j), big, night, NOTHING_TO_INSPECT)[1:]
+        return shown_at(state, step_by(0, state, j), big, night, wide, NOTHING_TO_INSPECT)[1:]
 
     iteration.input(at_iteration, where, moved[1:], **stepped)
 
     @user_errors
-    def tick(state: dict, j: float, big: bool, night: bool) -> tuple:
+    def tick(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
         if not state or j >= len(state["trace"].iterations) - 1:
-            return (*shown_at({}, 0, big, night), gr.Timer(active=False))
-        return (*shown_at(state, int(j) + 1, big, night), gr.update())
+            return (*shown_at({}, 0, big, night, wide), gr.Timer(active=False))
+        return (*shown_at(state, int(j) + 1, big, night, wide), gr.update())
 
     timer.tick(tick, where, [*moved, timer], **stepped)
     buttons["play"].click(lambda: gr.Timer(active=True), None, timer)
     buttons["pause"].click(lambda: gr.Timer(active=False), None, timer)
 
     @user_errors
-    def step_back(state: dict, j: float, big: bool, night: bool) -> tuple:
-        return shown_at(state, step_by(-1, state, j), big, night, NOTHING_TO_INSPECT)
+    def step_back(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
+        return shown_at(state, step_by(-1, state, j), big, night, wide, NOTHING_TO_INSPECT)
 
     @user_errors
-    def step_on(state: dict, j: float, big: bool, night: bool) -> tuple:
-        return shown_at(state, step_by(1, state, j), big, night, NOTHING_TO_INSPECT)
+    def step_on(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
+        return shown_at(state, step_by(1, state, j), big, night, wide, NOTHING_TO_INSPECT)
 
     @user_errors
-    def previous_acceptance(state: dict, j: float, big: bool, night: bool) -> tuple:
-        return shown_at(state, neighbour_instructive(state, j, forward=False), big, night, NOTHING_TO_INSPECT)
+    def previous_acceptance(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
+        return shown_at(state, neighbour_instructive(state, j, forward=False), big, night, wide, NOTHING_TO_INSPECT)
 
     @user_errors
-    def next_acceptance(state: dict, j: float, big: bool, night: bool) -> tuple:
-        return shown_at(state, neighbour_instructive(state, j, forward=True), big, night, NOTHING_TO_INSPECT)
+    def next_acceptance(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
+        return shown_at(state, neighbour_instructive(state, j, forward=True), big, night, wide, NOTHING_TO_INSPECT)
 
     def jump_to(kind: str) -> Callable:
         """The handler of a 'Next ...' button (viz.JUMPS); where nothing follows, the sentence says so."""
 
-        def jump(state: dict, j: float, big: bool, night: bool) -> tuple:
+        def jump(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
             target, said = next_of_kind(kind, state, j)
-            return shown_at(state, target, big, night, said if state else NOTHING_TO_INSPECT)
+            return shown_at(state, target, big, night, wide, said if state else NOTHING_TO_INSPECT)
 
         jump.__name__ = f"next_{kind}"  # its endpoint's name
         return user_errors(jump)

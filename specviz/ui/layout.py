@@ -127,7 +127,9 @@ def build() -> gr.Blocks:
                     outside.render()
 
         controls.wire(side, compare_tab.methods)
-        refresh_after, contrast_runs, contrast_event = inspection.wire(inspect_tab, inspect_buttons, side, runs)
+        refresh_after, contrast_runs, contrast_event = inspection.wire(
+            inspect_tab, inspect_buttons, side, runs, projector
+        )
         racer, race_inputs, race_outputs, race_options = race.wire(
             race_tab, side, runs, inspect_tab.iteration, inspect_tab.loaded, replay_tab.downloads
         )

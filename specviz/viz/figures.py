@@ -38,6 +38,8 @@ SUBPLOT_TITLE_SIZE = 16  # what make_subplots sets its titles' font to
 STRIP = 0.12  # height of the fate strip under the ratio bars, in units of the ratio axis
 OFFSET_TITLE = "offset in the window (0 = first draft)"  # not the grid's columns, drawn above it
 # the bars' subtitle; in large type (as big as the axis titles) the short form fits a half-width plot
+# the wide window's height: with the sentence, the buttons and the tabs above it, a 1280 x 720 screen holds it
+WIDE_WINDOW_HEIGHT = 430
 RATIO_TITLE = {False: "acceptance ratio min(1, p_new/p_old) per draft", True: "ratio min(1, p_new/p_old)"}
 MAP_TITLES = {
     "iteration": "iteration that committed each cell",
@@ -165,10 +167,13 @@ def _outline(cells: np.ndarray, inset: float) -> tuple[list, list]:
     return x, y
 
 
-def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -> go.Figure:
+def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, wide: bool = False) -> go.Figure:
     """The Jacobi window of iteration j on the grid, and its drafts' acceptance ratios as bars, both
     coloured by draft fate: a short bar shows why a draft was rejected. A draft-tree run has no window:
-    its iterations are drawn by `specviz.viz.trees.tree_figure`, and this figure says so."""
+    its iterations are drawn by `specviz.viz.trees.tree_figure`, and this figure says so. `wide`: the bars
+    and the legend beside the grid rather than under it, for a short wide screen (a 1280 x 720 projector,
+    where the stacked figure runs below the screen's edge; in a narrow half-page plot it would squeeze the grid).
+    Large type keeps the stacked figure: its legend beside the grid left the grid about 130 px wide."""
     grid = grid_state(trace, j)  # raises a clear IndexError for a bad j
     if has_trees(trace):
         return message_figure(
@@ -179,6 +184,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
         )
     it = trace.iterations[j]
     g = trace.geometry
+    wide = wide and not large
     end = it.start + len(it.committed)
     drafts = it.drafts if it.kind == "window" else []  # another kind of pass: an empty window
     offset_of = {it.start + i: i for i in range(len(drafts))}
@@ -202,13 +208,27 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
     draft_fates = it.outcome() if drafts else []
     bar_hover = [describe(it.start + i, state) for i, state in enumerate(draft_fates)]
 
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        row_heights=[0.72, 0.28],
-        vertical_spacing=0.14 if large else 0.1,
-        subplot_titles=("", RATIO_TITLE[large]),
-    )
+    if wide:  # the grid down the left; the bars top right, the legend under them
+        fig = make_subplots(
+            rows=2,
+            cols=2,
+            specs=[[{"rowspan": 2}, {}], [None, None]],
+            column_widths=[0.55, 0.45],
+            row_heights=[0.38, 0.62],
+            horizontal_spacing=0.1,
+            vertical_spacing=0.02,
+            subplot_titles=("", RATIO_TITLE[True]),
+        )
+        bars = {"row": 1, "col": 2}
+    else:
+        fig = make_subplots(
+            rows=2,
+            cols=1,
+            row_heights=[0.72, 0.28],
+            vertical_spacing=0.14 if large else 0.1,
+            subplot_titles=("", RATIO_TITLE[large]),
+        )
+        bars = {"row": 2, "col": 1}
     fig.add_trace(_state_heatmap(grid.state, grid_hover, dark, name="grid"), row=1, col=1)
     palette = colors(dark)
     x, y = _outline(np.argwhere(grid.now), inset=0.08)
@@ -235,8 +255,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
                 name=name,
                 showlegend=False,
             ),
-            row=2,
-            col=1,
+            **bars,
         )
     width = window_size(trace)
     if drafts and it.rejected_at is not None:  # its ratio is often about 0, no bar at all: cross it out and label it
@@ -250,8 +269,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
                 name="rejected",
                 showlegend=False,
             ),
-            row=2,
-            col=1,
+            **bars,
         )
         # the label leans away from the nearer end, clear of the ratio axis's tick labels
         lean = 2.5 if it.rejected_at < max(width, 1) / 2 else -2.5
@@ -306,13 +324,12 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
     fig.update_xaxes(
         showgrid=False,
         zeroline=False,
-        row=2,
-        col=1,
+        **bars,
         range=[-0.5, max(width, 1) - 0.5],
         showticklabels=bool(width),
-        title=OFFSET_TITLE if width else None,
+        title=OFFSET_TITLE if width and not wide else None,  # wide: the bars' own title says per draft
     )
-    fig.update_yaxes(zeroline=False, row=2, col=1, range=[-1.4 * STRIP, 1.05], tickvals=[0, 0.5, 1], title="ratio")
+    fig.update_yaxes(zeroline=False, **bars, range=[-1.4 * STRIP, 1.05], tickvals=[0, 0.5, 1], title="ratio")
     if not drafts:
         fig.add_annotation(
             text="no drafts this iteration"
@@ -325,14 +342,17 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False)
             showarrow=False,
             font={"size": 14},
         )
-    # large type: the offset axis's title grows, so the legend moves down clear of it
-    legend_y = -0.24 if large else -0.14
-    fig.update_layout(
-        barmode="overlay", legend={"orientation": "h", "yanchor": "top", "y": legend_y, "x": 0.5, "xanchor": "center"}
-    )
+    if wide:  # the legend in the right column, under the bars' offset axis
+        legend = {"orientation": "v", "yanchor": "top", "y": 0.5, "x": 0.6, "xanchor": "left"}
+    else:  # large type: the offset axis's title grows, so the legend moves down clear of it
+        legend = {"orientation": "h", "yanchor": "top", "y": -0.24 if large else -0.14, "x": 0.5, "xanchor": "center"}
+    fig.update_layout(barmode="overlay", legend=legend)
     # large type: taller as well, so the grid grows with the text instead of giving way to it
-    fig = _finish(fig, window_title(trace, j), 900 if large else 760, dark, large)
-    fig.update_annotations(selector={"text": RATIO_TITLE[large]}, font_size=fig.layout.font.size)  # as the rest
+    height = WIDE_WINDOW_HEIGHT if wide else 900 if large else 760
+    fig = _finish(fig, window_title(trace, j), height, dark, large, widths=2 if wide else 1)
+    if wide:  # nothing under the grid: no bottom margin
+        fig.update_layout(margin={"b": 10})
+    fig.update_annotations(selector={"text": RATIO_TITLE[large or wide]}, font_size=fig.layout.font.size)  # as the rest
     return fig
 
 
