@@ -309,6 +309,9 @@ def test_the_app_shows_a_continuous_run_with_its_own_views(pair):
     bars, _, paths = inspection.iteration_views({"trace": trace}, j, False, False)
     assert bars["label"] == inspection.CONTINUOUS_LABELS["iteration"] and paths["visible"]
     assert "acceptance" in bars["value"].layout.title.text or "accepted" in bars["value"].layout.title.text
+    wide, _, _ = inspection.iteration_views({"trace": trace}, j, False, False, wide=True)  # the projector layout
+    assert wide["value"].layout.height == 430 < bars["value"].layout.height
+    assert [list(t.y) for t in wide["value"].data] == [list(t.y) for t in bars["value"].data]
     sources, _, by_step, versus, shapes = inspection.overview_figures({"trace": trace}, "run_length", False, True)
     assert by_step["label"] == inspection.CONTINUOUS_LABELS["by_step"] and not shapes["visible"]
     assert "where each token came from" in sources.layout.title.text.replace("<br>", " ")

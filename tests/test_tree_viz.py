@@ -195,6 +195,25 @@ def test_tau_counts_the_token_drawn_after_each_path(eagle2_trace):
     assert f"mean tau {series['tau'].mean():.2f}" in tau_figure(eagle2_trace).layout.title.text
 
 
+def test_a_wide_tree_is_short_enough_for_a_projector_and_draws_every_node(eagle2_trace):
+    """The projector layout's tree: the same nodes and path in a 430 px figure (its nodes smaller where the
+    leaves are many) instead of one up to 1,200 px tall; large type keeps the tall figure."""
+    j = max(range(len(eagle2_trace.iterations)), key=lambda k: eagle2_trace.iterations[k].accepted)
+    tall, wide = tree_figure(eagle2_trace, j), tree_figure(eagle2_trace, j, wide=True)
+    assert wide.layout.height == 430 < tall.layout.height
+
+    def drawn(fig) -> list:
+        return [(t.name, list(t.x), list(t.y)) for t in fig.data]
+
+    assert drawn(wide) == drawn(tall)
+    nodes = [t for t in wide.data if t.mode and "markers" in t.mode]
+    assert all(5 <= t.marker.size <= 11 * 1.3 for t in nodes) and wide.layout.legend.itemsizing == "constant"
+    assert (
+        tree_figure(eagle2_trace, j, large=True, wide=True).layout.height
+        == tree_figure(eagle2_trace, j, large=True).layout.height
+    )
+
+
 def test_tree_figure_draws_every_node_by_fate_and_the_path(small, eagle2_trace):
     fig = tree_figure(small, 1)
     nodes = {t.name: t for t in fig.data if t.mode and "markers" in t.mode}

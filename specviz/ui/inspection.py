@@ -129,7 +129,8 @@ CONTINUOUS_LABELS = {
 def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = False) -> tuple:
     """The views that follow the iteration slider: the window (a tree run: the tree) of iteration j, the
     image after it, and (tree runs only) the depth map with iteration j's cells outlined. `wide`: the
-    projector layout, whose window puts its bars beside the grid to fit a 1280 x 720 screen."""
+    projector layout, whose window (bars beside the grid), tree and continuous drafts (short figures) fit a
+    1280 x 720 screen."""
     trace: Trace = runs["trace"]
     j = max(0, min(int(j), len(trace.iterations) - 1))
     decoder = decoder_for(trace)
@@ -138,7 +139,7 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = Fa
     image = picture(decoder, tokens, caption, trace.geometry.order) if decoder else None
     trees = metrics.has_trees(trace)
     if trace.continuous:
-        view = viz.ratio_bars_figure(trace, j, dark=dark, large=large)
+        view = viz.ratio_bars_figure(trace, j, dark=dark, large=large, wide=wide)
         paths = gr.update(
             value=viz.trajectory_figure(trace, j, dark=dark, large=large),
             visible=True,
@@ -146,7 +147,7 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = Fa
         )
         return gr.update(value=view, label=CONTINUOUS_LABELS["iteration"]), image, paths
     if trees:
-        view = viz.tree_figure(trace, j, dark=dark, large=large)
+        view = viz.tree_figure(trace, j, dark=dark, large=large, wide=wide)
         depths = gr.update(
             value=viz.depth_map_figure(trace, j, dark=dark, large=large), visible=True, label="Draft-tree depth map"
         )

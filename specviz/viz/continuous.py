@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from specviz.metrics import draft_acceptance, iteration_at, on_grid
 from specviz.trace import Trace
-from specviz.viz.figures import _finish, message_figure
+from specviz.viz.figures import WIDE_HEIGHT, WIDE_TITLE, _finish, message_figure
 from specviz.viz.palette import OKABE_ITO, colors
 
 # where a committed token came from, in legend order: (label, colour key or hex)
@@ -114,9 +114,10 @@ def token_source_figure(trace: Trace, j: int | None = None, dark: bool = False, 
     return _finish(fig, f"{trace.method}: {title}{rate}{order}", 620, dark, large)
 
 
-def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -> go.Figure:
+def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, wide: bool = False) -> go.Figure:
     """The drafts of iteration j: each one's acceptance ratio min(1, r) as a bar in its fate's colour, and
-    the uniform that decided it as a tick (accepted when the tick lies at or below the bar's top)."""
+    the uniform that decided it as a tick (accepted when the tick lies at or below the bar's top). `wide`
+    (a 1280 x 720 projector, normal type): shorter, so the screen holds it under Inspect's buttons."""
     if not trace.continuous:
         return _not_continuous(trace, "drafts and acceptance ratios", dark, large)
     it = trace.iterations[j]
@@ -170,7 +171,8 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
     tries = f", resampled after {step.tries} {'try' if step.tries == 1 else 'tries'}" if step.tries else ""
     kind = "cspd: r = Sigma p(x0|x1p) / q(x0|x1q)" if step.log_sigma is not None else "r = p(path) / q(path)"
     title = f"{head}: {it.accepted} of {len(step.fate)} drafts accepted{tries}<br>{kind}"
-    return _finish(fig, title, 480, dark, large)
+    wide = wide and not large
+    return _finish(fig, title, WIDE_HEIGHT if wide else 480, dark, large, widths=WIDE_TITLE if wide else 1)
 
 
 def trajectory_figure(

@@ -38,8 +38,10 @@ SUBPLOT_TITLE_SIZE = 16  # what make_subplots sets its titles' font to
 STRIP = 0.12  # height of the fate strip under the ratio bars, in units of the ratio axis
 OFFSET_TITLE = "offset in the window (0 = first draft)"  # not the grid's columns, drawn above it
 # the bars' subtitle; in large type (as big as the axis titles) the short form fits a half-width plot
-# the wide window's height: with the sentence, the buttons and the tabs above it, a 1280 x 720 screen holds it
-WIDE_WINDOW_HEIGHT = 430
+# a wide figure's height (Inspect's window or tree in the projector layout): with the sentence, the buttons
+# and the tabs above it, a 1280 x 720 screen holds it
+WIDE_HEIGHT = 430
+WIDE_TITLE = 1.6  # a wide figure's title line, in half-width plots' lines: about 590 px on a 1280 px projector
 RATIO_TITLE = {False: "acceptance ratio min(1, p_new/p_old) per draft", True: "ratio min(1, p_new/p_old)"}
 MAP_TITLES = {
     "iteration": "iteration that committed each cell",
@@ -48,11 +50,11 @@ MAP_TITLES = {
 }
 
 
-def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool, widths: int = 1) -> go.Figure:
+def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool, widths: float = 1) -> go.Figure:
     """Apply the shared theme, title and height. Titles are wrapped to fit a half-width plot (`widths`
     2: a plot across the page), and the top margin is sized to their lines, a legend above the plot and
     an axis on top, so with large type none is clipped nor runs into another."""
-    chars = TITLE_CHARS[large] * widths
+    chars = int(TITLE_CHARS[large] * widths)
     title = "<br>".join("<br>".join(textwrap.wrap(line, chars)) for line in title.split("<br>"))
     style = theme(dark, large)
     font = style["font"]["size"]
@@ -348,8 +350,8 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
         legend = {"orientation": "h", "yanchor": "top", "y": -0.24 if large else -0.14, "x": 0.5, "xanchor": "center"}
     fig.update_layout(barmode="overlay", legend=legend)
     # large type: taller as well, so the grid grows with the text instead of giving way to it
-    height = WIDE_WINDOW_HEIGHT if wide else 900 if large else 760
-    fig = _finish(fig, window_title(trace, j), height, dark, large, widths=2 if wide else 1)
+    height = WIDE_HEIGHT if wide else 900 if large else 760
+    fig = _finish(fig, window_title(trace, j), height, dark, large, widths=WIDE_TITLE if wide else 1)
     if wide:  # nothing under the grid: no bottom margin
         fig.update_layout(margin={"b": 10})
     fig.update_annotations(selector={"text": RATIO_TITLE[large or wide]}, font_size=fig.layout.font.size)  # as the rest

@@ -27,7 +27,15 @@ from specviz.metrics import (
     tree_shape_maps,
 )
 from specviz.trace import Trace
-from specviz.viz.figures import _finish, _outline, _subplot_titles_as_text, message_figure, window_title
+from specviz.viz.figures import (
+    WIDE_HEIGHT,
+    WIDE_TITLE,
+    _finish,
+    _outline,
+    _subplot_titles_as_text,
+    message_figure,
+    window_title,
+)
 from specviz.viz.palette import NOW_LABEL, OKABE_ITO, colors
 
 # how each kind of node is drawn: colour key in palette.colors, marker symbol (so fates differ in grey
@@ -46,9 +54,12 @@ FATE_TEXT = {
 }
 DRAWN_LABEL = "drawn by the target (depth 0)"
 LEGEND_BELOW = {"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0.5, "xanchor": "center"}
+# a wide tree's nodes shrink with its leaves; the legend keeps its symbols at their usual size
+WIDE_LEGEND = {**LEGEND_BELOW, "itemsizing": "constant"}
 SHOWN_DEPTH = 12  # depths a tree figure opens on; deeper nodes are a drag away
 SLOT_PIXELS = 30  # vertical room per leaf of a drawn tree: enough for a token label above a node
 TREE_MARGINS = 300  # pixels of a tree figure outside its plot: title, axis, legend
+WIDE_TREE_MARGINS = 280  # the same in a wide figure: a title of up to three lines, the axis, the legend
 
 
 def _not_a_tree_run(trace: Trace, title: str, dark: bool, large: bool) -> go.Figure:
@@ -82,11 +93,12 @@ def _position_text(trace: Trace) -> np.ndarray:
     ).reshape(g.rows, g.cols)
 
 
-def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -> go.Figure:
+def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, wide: bool = False) -> go.Figure:
     """The draft tree iteration j verified: nodes laid out by depth (each depth drafts one sequence
     position), edges to their parents, coloured by fate, the accepted path drawn thick from the head
     down to the token the target drew after it; hover shows each node's token, draft confidence and
-    target probability."""
+    target probability. `wide` (a 1280 x 720 projector, normal type): the whole tree in a short figure,
+    its nodes smaller where its leaves are many, rather than a figure up to 1,200 px tall."""
     tree = tree_of(trace, j)  # raises a clear IndexError for a bad j
     title = f"{trace.method}, {window_title(trace, j)}"
     if not has_trees(trace):
@@ -162,9 +174,10 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -
                 showlegend=False,
             )
         )
-    size = 16 if large else 11
+    wide = wide and not large
     leaves = int(slot.max()) + 1
-    height = max(480, min(1200, SLOT_PIXELS * leaves + TREE_MARGINS))
+    height = WIDE_HEIGHT if wide else max(480, min(1200, SLOT_PIXELS * leaves + TREE_MARGINS))
+    size = 16 if large else min(11, max(5, (WIDE_HEIGHT - WIDE_TREE_MARGINS) / leaves - 1)) if wide else 11
     # the path's tokens are written by their nodes where the tree leaves room, else shown on hover only
     labelled = {"head", "accepted", "drawn"} if height - TREE_MARGINS >= SLOT_PIXELS * leaves else set()
     tokens = [trace.tokens[head_position], *tree.tokens] + ([drawn] if drawn is not None else [])
@@ -204,12 +217,12 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False) -
         zeroline=False,
     )
     fig.update_yaxes(range=[leaves - 0.5, -1], visible=False)
-    fig.update_layout(legend=LEGEND_BELOW)
+    fig.update_layout(legend=WIDE_LEGEND if wide else LEGEND_BELOW)
     shape = f"asked: depth {it.tree_depth}, top-k {it.tree_top_k}" if it.tree_depth is not None else ""
     if it.alpha is not None:
         shape += f", set by alpha {it.alpha:.2f}"
-    fig = _finish(fig, f"{title}<br>{shape}" if shape else title, height, dark, large)
-    return fig.update_layout(margin={"b": 150 if large else 110})
+    fig = _finish(fig, f"{title}<br>{shape}" if shape else title, height, dark, large, widths=WIDE_TITLE if wide else 1)
+    return fig.update_layout(margin={"b": 150 if large else 100 if wide else 110})
 
 
 def depth_map_figure(trace: Trace, j: int | None = None, dark: bool = False, large: bool = False) -> go.Figure:
