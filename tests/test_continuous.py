@@ -143,6 +143,47 @@ def test_distillation_is_zero_for_the_target_itself_and_brings_a_draft_towards_i
     assert measured() < 0.5 * before
 
 
+def test_the_backbone_reads_noised_tokens_while_the_head_learns_the_clean_ones(monkeypatch):
+    """Input noise (the cure for a backbone that drifts off exact data vectors when it reads its own
+    draws): the conditions come from noised tokens, spread at most the given level, and the
+    diffusion loss's targets are the tokens themselves."""
+    import specviz.models.tiny_continuous.network as network_module
+
+    model = random_network(SMALL, 0)
+    text, tokens = torch.randn(16, SMALL.text_dim), torch.randn(16, SMALL.rows * SMALL.cols, 12)
+    seen, targets = [], []
+    conditions = model.conditions
+    monkeypatch.setattr(model, "conditions", lambda t, d, x: seen.append(x) or conditions(t, d, x))
+    monkeypatch.setattr(network_module, "diffusion_loss", lambda net, x0, z, schedule: targets.append(x0) or z.sum())
+    drop = torch.zeros(16, dtype=torch.bool)
+    schedule = Schedule.respaced(TRAINING_STEPS)
+    model.training_loss(text, drop, tokens, schedule, repeats=1)
+    model.training_loss(text, drop, tokens, schedule, repeats=1, input_noise=0.05)
+    assert seen[0] is tokens and torch.equal(targets[0], tokens.reshape(-1, 12))
+    assert torch.equal(targets[1], tokens.reshape(-1, 12))
+    spread = (seen[1] - tokens).std(dim=(1, 2))
+    assert (spread > 0).all() and (spread < 0.06).all() and spread.max() > 0.02  # a level drawn per image
+
+
+def test_caption_vectors_encode_each_distinct_caption_once_and_come_back_from_the_cache(tmp_path, monkeypatch):
+    import specviz.models.tiny.train as tiny_train
+
+    encoded = []
+
+    class CountingEncoder:
+        def __call__(self, texts):
+            encoded.append(list(texts))
+            return torch.stack([torch.full((4,), float(len(text))) for text in texts])
+
+    monkeypatch.setattr(tiny_train, "TextEncoder", CountingEncoder)
+    captions = ["cat", "red apple", "cat", "sun", "red apple"]
+    first = tiny_train.caption_vectors(captions, tmp_path)
+    assert encoded == [["cat", "red apple", "sun"]]
+    assert first[:, 0].tolist() == [3.0, 9.0, 3.0, 3.0, 9.0]
+    again = tiny_train.caption_vectors(captions, tmp_path)
+    assert len(encoded) == 1 and torch.equal(again, first)
+
+
 def test_the_recognition_measure_draws_from_the_pair_and_knows_its_folder(pair):
     images, asked = drawn(pair, ["red apple", "a blue car"], seeds=2)
     assert images.shape == (4, 12, 12, 3) and images.dtype == np.uint8

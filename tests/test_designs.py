@@ -114,6 +114,21 @@ def test_recognition_is_perfect_on_the_training_images_and_at_chance_on_noise():
     assert chance.top1 < 0.15 and chance.top5 < 0.4  # chance: 1 in 20 captions, 5 nearest of 40 images
 
 
+def test_recognition_by_emoji_counts_another_skin_tone_of_the_same_emoji(monkeypatch, tmp_path):
+    import specviz.stage.recognition as measure
+
+    generator = np.random.default_rng(1)
+    images = generator.integers(0, 256, (3, 48, 48, 3), dtype=np.uint8)
+    captions = ["woman artist", "woman artist dark skin tone", "sun"]
+    fake = designs.DesignSet(images, captions, ["1F469-1F3A8", "1F469-1F3A8", "2600"], ["noto"] * 3, np.zeros(3, bool))
+    monkeypatch.setattr(designs, "build_design_set", lambda cache: fake)
+    # the sample for the dark skin tone is the light one's image; the sun's is the sun
+    monkeypatch.setattr(measure, "drawn", lambda model, asked, seeds: (images[[0, 2]], asked))
+    by_caption, by_emoji = measure.recognised(None, ["woman artist dark skin tone", "sun"], 1, tmp_path)
+    assert (by_caption.top1, by_caption.top5) == (0.5, 1.0)
+    assert (by_emoji.top1, by_emoji.top5) == (1.0, 1.0)
+
+
 def test_a_training_run_resumed_from_its_checkpoint_continues_exactly(tmp_path):
     """Weights, Adam's moments, the kept weights and the generator's state come back, so a run stopped after
     two steps and resumed ends where the uninterrupted run does."""

@@ -91,15 +91,20 @@ def mean_loss(model: TinyTextToImage, text: torch.Tensor, tokens: torch.Tensor, 
 
 def caption_vectors(captions: list[str], cache: Path) -> torch.Tensor:
     """MiniLM vectors of the captions, kept in `cache` under a hash of the list, so a machine without
-    the text encoder's package (a lent GPU) can train from a copy of the cache folder."""
+    the text encoder's package (a lent GPU) can train from a copy of the cache folder; each distinct
+    caption is encoded and stored once (the designs repeat every caption about four times)."""
     digest = hashlib.sha256("\n".join(captions).encode()).hexdigest()[:16]
     path = cache / f"caption-vectors-{digest}.safetensors"
     if path.exists():
-        return load_file(str(path))["vectors"]
-    vectors = TextEncoder()(captions)
+        stored = load_file(str(path))
+        return stored["vectors"][stored["index"]] if "index" in stored else stored["vectors"]
+    distinct = sorted(set(captions))
+    position = {caption: i for i, caption in enumerate(distinct)}
+    index = torch.tensor([position[c] for c in captions])
+    vectors = TextEncoder()(distinct)
     cache.mkdir(parents=True, exist_ok=True)
-    save_file({"vectors": vectors.contiguous()}, str(path))
-    return vectors
+    save_file({"vectors": vectors.contiguous(), "index": index}, str(path))
+    return vectors[index]
 
 
 def training_draws(

@@ -55,10 +55,25 @@ class ContinuousTextToImage(nn.Module):
         return self.backbone(inputs_embeds=embeds).last_hidden_state[:, self.config.prefix_len - 1 :]
 
     def training_loss(
-        self, text: torch.Tensor, drop: torch.Tensor, tokens: torch.Tensor, schedule: Schedule, repeats: int = 2
+        self,
+        text: torch.Tensor,
+        drop: torch.Tensor,
+        tokens: torch.Tensor,
+        schedule: Schedule,
+        repeats: int = 2,
+        input_noise: float = 0.0,
     ) -> torch.Tensor:
         """The diffusion head's loss on every token, each token's condition used `repeats` times with
-        fresh timesteps and noise (MAR's diffusion batch multiplier: the head is cheap next to the backbone)."""
-        z = self.conditions(text, drop, tokens).reshape(-1, self.config.hidden_size)
+        fresh timesteps and noise (MAR's diffusion batch multiplier: the head is cheap next to the backbone).
+
+        With `input_noise`, the backbone reads the tokens with Gaussian noise of a standard deviation
+        drawn per image up to it (the targets stay clean): the data repeats exact vectors (a white patch
+        is always the same one), and a backbone that saw only those drifts off the data at sampling time,
+        where every token it reads is a draw of the head."""
+        seen = tokens
+        if input_noise:
+            spread = torch.rand(len(tokens), 1, 1, device=tokens.device) * input_noise
+            seen = tokens + spread * torch.randn_like(tokens)
+        z = self.conditions(text, drop, seen).reshape(-1, self.config.hidden_size)
         x0 = tokens.reshape(-1, self.config.token_dim)
         return diffusion_loss(self.denoiser, x0.repeat(repeats, 1), z.repeat(repeats, 1), schedule)

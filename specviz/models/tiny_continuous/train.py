@@ -1,17 +1,23 @@
-"""Train one model of the embedded continuous pair (target or draft) on OpenMoji, from a fixed seed.
+"""Train one model of the embedded continuous pair (target or draft) on the emoji designs, from a fixed seed.
 
     python -m specviz.models.tiny_continuous.train --role target
     python -m specviz.models.tiny_continuous.train --role draft
     python -m specviz.models.tiny_continuous.train --role draft --distil-from TARGET_DIR --init-from DRAFT_DIR
     python -m specviz.models.tiny_continuous.train ... --checkpoints DIR   # then the same command with --resume DIR
 
-The data is tiny's (every named emoji with skin tones, hue rotations, mirrors, whole-patch shifts;
-held out by base emoji), tokens are projected patches (`projection.py`). Both roles use the same
+The data is tiny-uncertain's (every named emoji in up to four designs, mirrors, whole-patch shifts; about
+5% of (emoji, design) pairs held out), tokens are projected patches (`projection.py`). Both roles use the same
 data order from the same seed; the draft is a smaller network trained the same way, as the CSpD
 paper's MAR-B is a smaller MAR. With `--distil-from`, the draft also learns the target's own
 denoising steps (`distillation_loss`), so that CSpD accepts its drafts more often. No EMA: MAR's
-users report black images when short runs from scratch use EMA 0.9999. Writes `<role>.safetensors`
+users report black images when short runs from scratch use EMA 0.9999. On a GPU the passes run under
+bfloat16 autocast, and `--minutes` fixes the step count from the pace of the first steps (the count is
+recorded, so `--steps` repeats the run). Writes `<role>.safetensors`
 (bfloat16), `<role>.json` (architecture, training record) and `projection.safetensors` to `assets/tiny-continuous/`.
+
+The shipped pair is not from this version: it was trained on tiny's one-design data by the script at
+commit b389423 (docs/models.md). A pair from this version (issue 35, on an H100) draws cleaner emoji
+but its draft is not yet close enough to its target for CSpD, so it is not shipped.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specviz.models.diffusion_head import TRAINING_STEPS, Schedule, gaussian_kl, noised, transition_moments
-from specviz.models.tiny.data import augmented_images, build_emoji_set, shift_tokens
+from specviz.models.tiny.data import shift_tokens
+from specviz.models.tiny.designs import SOURCES, build_design_set
 from specviz.models.tiny.train import (
     CAPTION_TEMPLATES,
     CONDITION_DROP,
@@ -37,6 +44,7 @@ from specviz.models.tiny.train import (
     evaluation,
     learning_rate,
     load_checkpoint,
+    mirrored,
     save_checkpoint,
     training_draws,
 )
@@ -45,9 +53,10 @@ from specviz.models.tiny_continuous.projection import PatchProjection
 from specviz.threads import configure_threads
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets" / "tiny-continuous"
+PACE = (10, 30)  # --minutes times these steps
 ROLES = {
     "target": ContinuousConfig(
-        hidden_size=256, num_layers=4, num_heads=4, intermediate_size=768, head_width=256, head_blocks=3
+        hidden_size=384, num_layers=6, num_heads=6, intermediate_size=1152, head_width=256, head_blocks=3
     ),
     "draft": ContinuousConfig(
         hidden_size=128, num_layers=1, num_heads=2, intermediate_size=384, head_width=96, head_blocks=1
@@ -139,6 +148,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--weight-decay", type=float, default=0.05)
     parser.add_argument("--eval-every", type=int, default=250)
     parser.add_argument(
+        "--minutes",
+        type=float,
+        help="train for about this long instead of --steps: the count is set from the pace of steps 10-30",
+    )
+    parser.add_argument(
         "--init-from",
         type=Path,
         help="continue from this folder's <role>.safetensors and <role>.json (a fresh schedule over --steps more)",
@@ -150,6 +164,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--distil-weight", type=float, default=1.0, help="the distillation loss's weight")
     parser.add_argument("--guidance", type=float, default=2.0, help="the guidance the distilled steps are mixed at")
+    parser.add_argument(
+        "--input-noise",
+        type=float,
+        default=0.05,
+        help="the backbone reads its tokens with noise of a standard deviation drawn up to this per image",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoints", type=Path, help="write a resumable checkpoint here at every evaluation")
     parser.add_argument("--resume", type=Path, help="continue the run whose checkpoints are in this folder")
@@ -159,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.distil_from and args.role != "draft":
         parser.error("--distil-from trains a draft towards a target: use it with --role draft")
+    if args.minutes and args.resume:
+        parser.error("--resume continues a run of known length: give the --steps its first sitting printed")
     started = time.time()
     threads = configure_threads()
     torch.manual_seed(args.seed)  # the diffusion timesteps and noise
@@ -166,17 +188,20 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
 
-    emoji = build_emoji_set(args.cache / "openmoji48-variants.npz")
-    held = torch.from_numpy(emoji.held_out)
-    pictures, source = augmented_images(emoji)
+    designs = build_design_set(args.cache / "designs")
+    held = torch.from_numpy(designs.held_out)
+    pictures, source = mirrored(designs.images, designs.captions)  # the originals come first
     source = torch.from_numpy(source)
-    projection = PatchProjection.fit(torch.from_numpy(emoji.images)[~held])
+    if args.init_from and (args.init_from / "projection.safetensors").exists():  # a model keeps its token space
+        projection = PatchProjection.from_state(load_file(str(args.init_from / "projection.safetensors")))
+    else:
+        projection = PatchProjection.fit(torch.from_numpy(designs.images)[~held])
     tokens = projection.encode(torch.from_numpy(pictures)).to(device)
     white = projection.encode(torch.full((1, 3, 3, 3), 255, dtype=torch.uint8))[0, 0].to(device)
     save_file(projection.state(), str(args.out / "projection.safetensors"))
 
-    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in emoji.captions]
-    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(emoji.images), -1).to(device)
+    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in designs.captions]
+    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(designs.images), -1).to(device)
     train_pictures = (~held[source]).nonzero().squeeze(1)
     held_ids = held.nonzero().squeeze(1)
     train_probe = (~held).nonzero().squeeze(1)[torch.randperm(int((~held).sum()), generator=generator)[:200]]
@@ -193,13 +218,16 @@ def main(argv: list[str] | None = None) -> None:
         teacher = load_role(args.distil_from, "target")[0].to(device).eval().requires_grad_(False)
         sampling = Schedule.respaced(teacher.config.sampling_steps)
 
+        # 200 held-out images: on two CPU cores the target's pass over all 714 takes eight minutes
+        kl_probe = held_ids[torch.randperm(len(held_ids), generator=torch.Generator().manual_seed(4))[:200]]
+
         def held_out_kl() -> float:
             def loss(batch: slice) -> torch.Tensor:
                 return distillation_loss(
-                    model, teacher, text[0, held_ids[batch]], tokens[held_ids[batch]], sampling, args.guidance
+                    model, teacher, text[0, kl_probe[batch]], tokens[kl_probe[batch]], sampling, args.guidance
                 )
 
-            return fixed_draw_mean(loss, len(held_ids), model, teacher)
+            return fixed_draw_mean(loss, len(kl_probe), model, teacher)
 
     schedule = Schedule.respaced(TRAINING_STEPS)
     params = sum(p.numel() for p in model.parameters())
@@ -215,25 +243,39 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.set_rng_state(run["cuda_rng"], device)
         print(f"resumed at step {run['step']} from {args.resume}", flush=True)
     history = run["history"]
-    for step in range(run["step"], args.steps):
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    steps, step = args.steps, run["step"]
+    while step < steps:
+        if args.minutes and step in PACE:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if step == PACE[0]:
+                paced_from = time.time()
+            else:  # every step so far ran at the warm-up's learning rate, which does not depend on the count
+                pace = (time.time() - paced_from) / (PACE[1] - PACE[0])
+                steps = step + max(1, int(0.95 * (args.minutes * 60 - (time.time() - started)) / pace))
+                print(f"{pace * 1000:.1f} ms per step: {steps} steps in {args.minutes} minutes", flush=True)
         draws = training_draws(train_pictures, args.batch_size, generator)
         picture, template, drop, dy, dx = (t.to(device) for t in draws)
         batch_tokens = shift_tokens(tokens[picture], config.rows, config.cols, dy, dx, white)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr)
-        loss = model.training_loss(text[template, source[picture]], drop, batch_tokens, schedule)
-        if teacher is not None:
-            kl = distillation_loss(
-                model, teacher, text[template, source[picture]], batch_tokens, sampling, args.guidance
+            group["lr"] = learning_rate(step, steps, args.lr)
+        with autocast:
+            loss = model.training_loss(
+                text[template, source[picture]], drop, batch_tokens, schedule, input_noise=args.input_noise
             )
-            loss = loss + args.distil_weight * kl
+            if teacher is not None:
+                kl = distillation_loss(
+                    model, teacher, text[template, source[picture]], batch_tokens, sampling, args.guidance
+                )
+                loss = loss + args.distil_weight * kl
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if not math.isfinite(loss.item()):
             raise SystemExit(f"loss is {loss.item()} at step {step}; stopping")
-        if step % args.eval_every == 0 or step == args.steps - 1:
+        if step % args.eval_every == 0 or step == steps - 1:
             train_loss = mean_loss(model, text[0, train_probe], tokens[train_probe], schedule)
             held_out_loss = mean_loss(model, text[0, held_ids], tokens[held_ids], schedule)
             record = evaluation(step, loss, train_loss, held_out_loss, started)
@@ -252,22 +294,26 @@ def main(argv: list[str] | None = None) -> None:
                 if device.type == "cuda":
                     state["cuda_rng"] = torch.cuda.get_rng_state(device)
                 save_checkpoint(checkpoints, model, optimizer, state)
+        step += 1
 
     save_file(bfloat16(model.state_dict()), str(args.out / f"{args.role}.safetensors"))
     summary = {
         "model": config.to_dict(),
         "parameters": params,
         "training": {
-            "steps": args.steps,
+            "steps": steps,
             "batch_size": args.batch_size,
             "lr": args.lr,
             "weight_decay": args.weight_decay,
+            "input_noise": args.input_noise,
             "seed": args.seed,
             "torch_threads": threads,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "condition_drop": CONDITION_DROP,
+            "data": {source.name: designs.designs.count(source.name) for source in SOURCES},
+            "captions": len(set(designs.captions)),
             "training_images": len(train_pictures),
-            "held_out_emoji": int(held.sum()),
+            "held_out_images": int(held.sum()),
             "ema": None,
             "continued_from": earlier,
             "distilled_from": None
