@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import specviz.decoding.cspd_exact as cspd_exact
 from specviz import metrics
@@ -182,6 +183,11 @@ def test_caption_vectors_encode_each_distinct_caption_once_and_come_back_from_th
     assert first[:, 0].tolist() == [3.0, 9.0, 3.0, 3.0, 9.0]
     again = tiny_train.caption_vectors(captions, tmp_path)
     assert len(encoded) == 1 and torch.equal(again, first)
+    (stored,) = tmp_path.glob("caption-vectors-*.safetensors")  # the float16 copy a device call carries
+    vectors = load_file(str(stored))
+    save_file({"vectors": vectors["vectors"].half(), "index": vectors["index"]}, str(stored))
+    halved = tiny_train.caption_vectors(captions, tmp_path)
+    assert len(encoded) == 1 and halved.dtype == torch.float32 and torch.equal(halved, first)
 
 
 def test_the_recognition_measure_draws_from_the_pair_and_knows_its_folder(pair):

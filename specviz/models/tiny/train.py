@@ -92,12 +92,14 @@ def mean_loss(model: TinyTextToImage, text: torch.Tensor, tokens: torch.Tensor, 
 def caption_vectors(captions: list[str], cache: Path) -> torch.Tensor:
     """MiniLM vectors of the captions, kept in `cache` under a hash of the list, so a machine without
     the text encoder's package (a lent GPU) can train from a copy of the cache folder; each distinct
-    caption is encoded and stored once (the designs repeat every caption about four times)."""
+    caption is encoded and stored once (the designs repeat every caption about four times). A copy stored
+    in float16 (scripts/continuous_on_gpu.sh packs one, to fit what a device call carries) reads as float32."""
     digest = hashlib.sha256("\n".join(captions).encode()).hexdigest()[:16]
     path = cache / f"caption-vectors-{digest}.safetensors"
     if path.exists():
         stored = load_file(str(path))
-        return stored["vectors"][stored["index"]] if "index" in stored else stored["vectors"]
+        vectors = stored["vectors"].float()
+        return vectors[stored["index"]] if "index" in stored else vectors
     distinct = sorted(set(captions))
     position = {caption: i for i, caption in enumerate(distinct)}
     index = torch.tensor([position[c] for c in captions])

@@ -4,6 +4,8 @@
     python -m specviz.models.tiny_continuous.train --role draft
     python -m specviz.models.tiny_continuous.train --role draft --distil-from TARGET_DIR --init-from DRAFT_DIR
     python -m specviz.models.tiny_continuous.train ... --checkpoints DIR   # then the same command with --resume DIR
+    python -m specviz.models.tiny_continuous.train --role target --prepare --cache DIR   # data only, for a GPU
+    scripts/continuous_on_gpu.sh   # target, draft and distillation in one call on a lent GPU
 
 The data is tiny-uncertain's (every named emoji in up to four designs, mirrors, whole-patch shifts; about
 5% of (emoji, design) pairs held out), tokens are projected patches (`projection.py`). Both roles use the same
@@ -176,6 +178,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=ASSETS)
     parser.add_argument("--cache", type=Path, default=Path(".cache"))
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only build the designs and caption vectors into --cache (for a GPU without the network or the encoder)",
+    )
     args = parser.parse_args(argv)
     if args.distil_from and args.role != "draft":
         parser.error("--distil-from trains a draft towards a target: use it with --role draft")
@@ -185,13 +192,18 @@ def main(argv: list[str] | None = None) -> None:
     threads = configure_threads()
     torch.manual_seed(args.seed)  # the diffusion timesteps and noise
     generator = torch.Generator().manual_seed(args.seed)  # the data order, shifts and condition drops
-    args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
 
     designs = build_design_set(args.cache / "designs")
+    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in designs.captions]
+    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(designs.images), -1).to(device)
+    if args.prepare:
+        print(f"the designs and caption vectors are in {args.cache}", flush=True)
+        return
     held = torch.from_numpy(designs.held_out)
     pictures, source = mirrored(designs.images, designs.captions)  # the originals come first
     source = torch.from_numpy(source)
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.init_from and (args.init_from / "projection.safetensors").exists():  # a model keeps its token space
         projection = PatchProjection.from_state(load_file(str(args.init_from / "projection.safetensors")))
     else:
@@ -200,8 +212,6 @@ def main(argv: list[str] | None = None) -> None:
     white = projection.encode(torch.full((1, 3, 3, 3), 255, dtype=torch.uint8))[0, 0].to(device)
     save_file(projection.state(), str(args.out / "projection.safetensors"))
 
-    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in designs.captions]
-    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(designs.images), -1).to(device)
     train_pictures = (~held[source]).nonzero().squeeze(1)
     held_ids = held.nonzero().squeeze(1)
     train_probe = (~held).nonzero().squeeze(1)[torch.randperm(int((~held).sum()), generator=generator)[:200]]

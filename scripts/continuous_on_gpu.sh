@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The continuous pair (issue 35) trained on a lent GPU in one device call of about nine minutes:
+# the target and a data-only draft side by side, then the draft distilled from that target.
+#
+# 1. Here, with the network and the text encoder: build the designs and the caption vectors into
+#    .device/cache, the vectors as a float16 copy (what a call carries is 64 MiB, tracked files included):
+#        scripts/continuous_on_gpu.sh pack
+# 2. The call. The tracked assets (55 MB) leave the checkout meanwhile, so the data fits beside the code:
+#        mv assets /tmp/assets-aside                                             # here, before it
+#        run: bash scripts/continuous_on_gpu.sh train   (carry [".device/cache"], timeout_s 590)
+#        mv /tmp/assets-aside assets                                             # here, after it
+#    TARGET_MINUTES (4.5), DISTIL_MINUTES (3), BATCH (256) and DISTIL_BATCH (64) set its length and size.
+#    It writes under $OUT: each run's log (as it goes, so a cut-off call still returns them) and
+#    pair.tar.* (the target, the data-only draft, the distilled draft and their summaries, in parts of
+#    15 MiB: a call returns files of at most 16 MiB).
+# 3. Here: unpack and look, before anything replaces the shipped pair:
+#        scripts/continuous_on_gpu.sh unpack DIR_WITH_THE_PARTS /tmp/pair
+#        python -m specviz.stage.continuous_samples --weights /tmp/pair --out /tmp/pair
+#        python -m specviz.stage.recognition --weights /tmp/pair
+#        python -m specviz bench-cspd ...   (docs/measurements/cspd.md; with the pair in assets/tiny-continuous)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE=.device/cache
+TRAIN="python -m specviz.models.tiny_continuous.train --cache $CACHE"
+
+case "${1:-}" in
+pack)
+    $TRAIN --role target --prepare
+    python - "$CACHE" <<'EOF'
+import sys
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+for path in Path(sys.argv[1]).glob("caption-vectors-*.safetensors"):
+    stored = load_file(str(path))
+    save_file({"vectors": stored["vectors"].half(), "index": stored["index"]}, str(path))
+    print(f"{path}: float16, {path.stat().st_size / 2**20:.1f} MiB")
+EOF
+    rm -f "$CACHE"/designs/*.tgz  # the npm packages the designs were rendered from
+    du -sh "$CACHE"
+    ;;
+train)
+    OUT=${OUT:?the device call sets OUT}
+    WORK=$(mktemp -d)
+    tar_pair() { tar -cf - -C "$WORK" . | split -b 15m - "$OUT/pair.tar."; }
+    trap tar_pair EXIT  # what was trained comes back even when a later run fails
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >"$OUT/machine.log" 2>&1 || true
+    common=(--batch-size "${BATCH:-256}" --lr 1e-3 --minutes "${TARGET_MINUTES:-4.5}" --eval-every 500)
+    $TRAIN --role target "${common[@]}" --out "$WORK/target" >"$OUT/target.log" 2>&1 &
+    $TRAIN --role draft "${common[@]}" --out "$WORK/draft" >"$OUT/draft.log" 2>&1 &
+    wait %1 && wait %2
+    $TRAIN --role draft --init-from "$WORK/draft" --distil-from "$WORK/target" --batch-size "${DISTIL_BATCH:-64}" \
+        --lr 3e-4 --minutes "${DISTIL_MINUTES:-3}" --eval-every 200 --out "$WORK/distilled" >"$OUT/distil.log" 2>&1
+    ;;
+unpack)
+    mkdir -p "$3"
+    cat "$2"/pair.tar.* | tar -xf - -C "$3"
+    cmp "$3/target/projection.safetensors" "$3/distilled/projection.safetensors"  # one token space
+    cp "$3/target/target."* "$3/distilled/"
+    echo "the pair is $3/distilled (target and distilled draft); the data-only draft is in $3/draft"
+    ;;
+*)
+    echo "usage: $0 pack | train | unpack PARTS_DIR DEST" >&2
+    exit 2
+    ;;
+esac
