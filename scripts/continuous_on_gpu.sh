@@ -10,6 +10,9 @@
 #        run: bash scripts/continuous_on_gpu.sh train   (carry [".device/cache"], timeout_s 590)
 #        mv /tmp/assets-aside assets                                             # here, after it
 #    TARGET_MINUTES (4.5), DISTIL_MINUTES (3), BATCH (256) and DISTIL_BATCH (64) set its length and size.
+#    With device time left, a second call at once (the machine stays warm 30 s and keeps ignored folders)
+#    continues the distillation at half the learning rate, carrying nothing (the assets are back by then):
+#        run: DISTIL_MINUTES=M bash scripts/continuous_on_gpu.sh more   (M about budget_left_s / 60 - 1)
 #    It writes under $OUT: each run's log (as it goes, so a cut-off call still returns them) and
 #    pair.tar.* (the target, the data-only draft, the distilled draft and their summaries, in parts of
 #    15 MiB: a call returns files of at most 16 MiB).
@@ -22,6 +25,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=.device/cache
 TRAIN="python -m specviz.models.tiny_continuous.train --cache $CACHE"
+WORK=.device/work  # ignored, so a second call on the still-warm machine finds it
+# the pair so far into $OUT, after each stage as well as on exit (a call killed at its limit runs no trap)
+tar_pair() {
+    rm -f "$OUT"/pair.tar.*
+    tar -cf - -C "$WORK" --exclude ./more . | split -b 15m - "$OUT/pair.tar."
+}
 
 case "${1:-}" in
 pack)
@@ -41,19 +50,36 @@ EOF
     du -sh "$CACHE"
     ;;
 train)
-    OUT=${OUT:?the device call sets OUT}
-    WORK=$(mktemp -d)
-    tar_pair() { tar -cf - -C "$WORK" . | split -b 15m - "$OUT/pair.tar."; }
+    : "${OUT:?the device call sets OUT}"
+    rm -rf "$WORK" && mkdir -p "$WORK"
     trap tar_pair EXIT  # what was trained comes back even when a later run fails
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >"$OUT/machine.log" 2>&1 || true
     common=(--batch-size "${BATCH:-256}" --lr 1e-3 --minutes "${TARGET_MINUTES:-4.5}" --eval-every 500)
     $TRAIN --role target "${common[@]}" --out "$WORK/target" >"$OUT/target.log" 2>&1 &
+    target=$!
     $TRAIN --role draft "${common[@]}" --out "$WORK/draft" >"$OUT/draft.log" 2>&1 &
-    wait %1 && wait %2
+    draft=$!
+    status=0
+    wait "$target" || status=$?
+    wait "$draft" || status=$?  # both finish before anything is packed or distilled
+    ((status == 0)) || exit "$status"
+    tar_pair
     $TRAIN --role draft --init-from "$WORK/draft" --distil-from "$WORK/target" --batch-size "${DISTIL_BATCH:-64}" \
         --lr 3e-4 --minutes "${DISTIL_MINUTES:-3}" --eval-every 200 --out "$WORK/distilled" >"$OUT/distil.log" 2>&1
     ;;
+more)
+    : "${OUT:?the device call sets OUT}"
+    if [[ ! -f $WORK/target/target.json || ! -f $WORK/distilled/draft.json ]]; then
+        echo "no earlier train on this machine: a machine that went back starts bare" >&2
+        exit 3
+    fi
+    trap tar_pair EXIT
+    $TRAIN --role draft --init-from "$WORK/distilled" --distil-from "$WORK/target" --batch-size "${DISTIL_BATCH:-64}" \
+        --lr 1.5e-4 --minutes "${DISTIL_MINUTES:-3}" --eval-every 200 --out "$WORK/more" >"$OUT/distil-more.log" 2>&1
+    mv "$WORK/distilled" "$WORK/before-more" && mv "$WORK/more" "$WORK/distilled" && rm -rf "$WORK/before-more"
+    ;;
 unpack)
+    (($# == 3)) || { echo "usage: $0 unpack PARTS_DIR DEST (paths from the checkout's root)" >&2; exit 2; }
     mkdir -p "$3"
     cat "$2"/pair.tar.* | tar -xf - -C "$3"
     cmp "$3/target/projection.safetensors" "$3/distilled/projection.safetensors"  # one token space
@@ -61,7 +87,7 @@ unpack)
     echo "the pair is $3/distilled (target and distilled draft); the data-only draft is in $3/draft"
     ;;
 *)
-    echo "usage: $0 pack | train | unpack PARTS_DIR DEST" >&2
+    echo "usage: $0 pack | train | more | unpack PARTS_DIR DEST" >&2
     exit 2
     ;;
 esac

@@ -61,8 +61,8 @@ ROLES = {
         hidden_size=384, num_layers=6, num_heads=6, intermediate_size=1152, head_width=256, head_blocks=3
     ),
     # 2.8 times the first pair's draft (1 layer, hidden 128, head width 96: 0.52M), which fitted the designs
-    # far worse than the target (held-out 0.0255 against 0.0114); at c 0.23 beside this target on the CPU
-    # (scripts/draft_cost.py), the first shape's c there 0.17-0.20
+    # far worse than the target (held-out 0.0255 against 0.0114); c 0.22 beside this target on one CPU
+    # thread (scripts/draft_cost.py; the first shape's 0.15, docs/models.md)
     "draft": ContinuousConfig(
         hidden_size=192, num_layers=2, num_heads=3, intermediate_size=576, head_width=128, head_blocks=1
     ),
