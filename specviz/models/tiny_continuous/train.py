@@ -18,8 +18,9 @@ recorded, so `--steps` repeats the run). Writes `<role>.safetensors`
 (bfloat16), `<role>.json` (architecture, training record) and `projection.safetensors` to `assets/tiny-continuous/`.
 
 The shipped pair is not from this version: it was trained on tiny's one-design data by the script at
-commit b389423 (docs/models.md). A pair from this version (issue 35, on an H100) draws cleaner emoji
-but its draft is not yet close enough to its target for CSpD, so it is not shipped.
+commit b389423 (docs/models.md). A pair from this version's target and the first, smaller draft shape
+(issue 35, on an H100) drew cleaner emoji, but its draft was too far from its target for CSpD, so it is not
+shipped; the draft role is larger since.
 """
 
 from __future__ import annotations
