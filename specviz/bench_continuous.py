@@ -4,9 +4,9 @@ For each method, draft length gamma and pre-filled share, every prompt and seed 
 with the target's AR on the same prompt and seed: alpha (accepted share of the tested drafts, the
 paper's table 1 column), target and draft passes, resampling tries and caps, seconds and the
 latency speedup. The cost ratio c (a draft token's time over a target token's, both alone) is
-measured from `ar-draft` against `ar`, and the walltime improvement the speculative decoding paper
-predicts from alpha, gamma and c, (1 - alpha^(gamma + 1)) / ((1 - alpha)(gamma c + 1)), is printed
-beside the measured one.
+measured from `ar-draft` against `ar` (medians over interleaved rounds), and the walltime improvement
+the speculative decoding paper predicts from alpha, gamma and c, (1 - alpha^(gamma + 1)) /
+((1 - alpha)(gamma c + 1)), is printed beside the measured one.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ from specviz.models.continuous import ContinuousPair
 from specviz.models.settings import SamplingSettings
 from specviz.trace import Trace
 from specviz.viz.narration import ratio_text
+
+# rounds of AR and draft-alone runs behind c: from one round of two images, c drifted from 0.27 to 0.35
+# between two runs of the same pair on a quiet 2-core machine
+COST_ROUNDS = 3
 
 
 @dataclass
@@ -51,6 +55,7 @@ class SweepReport:
     ar_seconds: float
     draft_seconds: float
     cost_ratio: float  # c: a draft token's time over a target token's
+    cost_rounds: int  # interleaved rounds of both models alone behind the medians
     rows: list[SweepRow] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -60,8 +65,8 @@ class SweepReport:
         lines = [
             f"model {self.model} on {self.device} ({self.threads} torch threads), {len(self.prompts)} prompts x "
             f"{len(self.seeds)} seeds, sampling {self.sampling}",
-            f"target AR {self.ar_seconds:.2f} s per image, draft alone {self.draft_seconds:.2f} s: "
-            f"cost ratio c = {self.cost_ratio:.2f}",
+            f"target AR {self.ar_seconds:.2f} s per image, draft alone {self.draft_seconds:.2f} s (medians of "
+            f"{self.cost_rounds} interleaved rounds): cost ratio c = {self.cost_ratio:.2f}",
             "",
             "| method | gamma | pre-fill | alpha | target passes | draft passes | seconds | latency speedup "
             "| predicted | tries/rejection | capped | mean log Sigma |",
@@ -103,18 +108,23 @@ def sweep(
     gammas: list[int],
     prefills: list[float],
     methods: tuple[str, ...] = ("cspd", "cspd-exact"),
+    cost_rounds: int = COST_ROUNDS,
 ) -> SweepReport:
     for warm_up in ("ar", "ar-draft"):  # lazy imports, allocator, prompt encoder: for each model, before timing
         run(model, warm_up, prompts[0], seeds[0], sampling)
     cases = [(prompt, seed) for prompt in prompts for seed in seeds]
-    ar = [run(model, "ar", prompt, seed, sampling) for prompt, seed in cases]
-    draft = [run(model, "ar-draft", prompt, seed, sampling) for prompt, seed in cases]
-    ar_seconds = statistics.fmean(t.seconds for t in ar)
-    draft_seconds = statistics.fmean(t.seconds for t in draft)
+    ar: list[Trace] = []
+    draft: list[Trace] = []
+    for _ in range(cost_rounds):  # interleaved, so a slow spell of the machine falls on both models
+        for prompt, seed in cases:
+            ar.append(run(model, "ar", prompt, seed, sampling))
+            draft.append(run(model, "ar-draft", prompt, seed, sampling))
+    ar_seconds = statistics.median(t.seconds for t in ar)
+    draft_seconds = statistics.median(t.seconds for t in draft)
     cost = draft_seconds / ar_seconds
     report = SweepReport(
         model.name, str(model.device), torch.get_num_threads(), sampling.to_dict(), prompts, seeds,
-        ar_seconds, draft_seconds, cost,
+        ar_seconds, draft_seconds, cost, cost_rounds,
     )  # fmt: skip
     for method in methods:
         for gamma in gammas:
