@@ -25,6 +25,7 @@ from specviz.models.diffusion_head import (
 )
 from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import UnsupportedMethod
+from specviz.models.registry import get_entry
 from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny_continuous.adapter import ASSETS as CONTINUOUS_ASSETS
 from specviz.models.tiny_continuous.adapter import TinyContinuousModel
@@ -188,6 +189,14 @@ def test_caption_vectors_encode_each_distinct_caption_once_and_come_back_from_th
     save_file({"vectors": vectors["vectors"].half(), "index": vectors["index"]}, str(stored))
     halved = tiny_train.caption_vectors(captions, tmp_path)
     assert len(encoded) == 1 and halved.dtype == torch.float32 and torch.equal(halved, first)
+
+
+def test_the_pair_offers_the_captions_of_the_designs_it_was_trained_on():
+    """The shipped pair was trained on tiny-uncertain's four designs, so the app lists those captions."""
+    trained = json.loads((CONTINUOUS_ASSETS / "target.json").read_text())["training"]
+    known = get_entry("tiny-continuous").known_prompts()
+    assert sorted(trained["data"]) == ["fluent", "noto", "openmoji", "twemoji"]
+    assert known == get_entry("tiny-uncertain").known_prompts() and len(known) > len(get_entry("tiny").known_prompts())
 
 
 def test_the_recognition_measure_draws_from_the_pair_and_knows_its_folder(pair):
@@ -379,9 +388,9 @@ def test_a_discrete_run_in_a_continuous_view_says_why_it_is_empty(tiny):
 def test_the_cspd_sweep_measures_alpha_passes_and_the_cost_ratio(pair):
     from specviz.bench_continuous import predicted_speedup, sweep
 
-    report = sweep(pair, ["red apple"], [0], pair.default_sampling, [2, 4], [0.0, 0.15])
+    report = sweep(pair, ["red apple"], [0], pair.default_sampling, [2, 4], [0.0, 0.15], cost_rounds=2)
     assert [(r.method, r.gamma, r.prefill) for r in report.rows][:2] == [("cspd", 2, 0.0), ("cspd", 2, 0.15)]
-    assert len(report.rows) == 8 and report.cost_ratio > 0
+    assert len(report.rows) == 8 and report.cost_ratio > 0 and "medians of 2 interleaved rounds" in report.markdown()
     for row in report.rows:
         assert 0 <= row.alpha <= 1 and row.draft_passes >= 1 and row.target_passes <= 16 + 1  # the prefill
         assert (row.log_sigma is None) == (row.method == "cspd-exact")

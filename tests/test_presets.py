@@ -87,3 +87,19 @@ def test_the_sjd_pac_preset_quotes_its_run_and_sjds():
         run(model, name, preset.prompt, preset.seed, params=preset.params) for name in preset.compare[::-1]
     )
     assert (method.nfe, baseline.nfe) == (62, 103) and "62 against SJD's 103" in preset.explanation
+
+
+def test_the_cspd_preset_quotes_its_run_and_the_run_without_pre_filling():
+    preset = PRESET_BY_KEY["cspd"]
+    pair = get_entry(preset.model).load()
+    alphas = [
+        metrics.draft_acceptance(
+            run(pair, preset.method, preset.prompt, preset.seed, params={**preset.params, **off}).iterations
+        )
+        for off in ({}, {"prefill": 0.0})
+    ]
+    assert (
+        preset.contrast
+        and f"accepts {alphas[0]:.2f} of the drafts with pre-filling and {alphas[1]:.2f} without"
+        in (preset.explanation)
+    )

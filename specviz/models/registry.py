@@ -257,11 +257,12 @@ MODELS: dict[str, ModelEntry] = {
     "tiny-continuous": ModelEntry(
         "tiny-continuous",
         "embedded continuous-token pair for CSpD: a target and a smaller draft, causal Llamas over projected 3x3 "
-        "patches (12 numbers per cell, 16x16 grid), each with a MAR-style diffusion head (OpenMoji, CC BY-SA 4.0)",
+        "patches (12 numbers per cell, 16x16 grid), each with a MAR-style diffusion head, trained on tiny-uncertain's "
+        "four designs per emoji (OpenMoji, Noto, Twemoji, Fluent)",
         _tiny_continuous_load,
         _tiny_continuous_offline,
         _tiny_continuous_sampling,
-        _tiny_known_prompts,
+        functools.partial(_tiny_known_prompts, "tiny-uncertain"),  # the same captions
         continuous=True,
         has_draft=True,
     ),

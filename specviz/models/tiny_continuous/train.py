@@ -17,10 +17,9 @@ bfloat16 autocast, and `--minutes` fixes the step count from the pace of the fir
 recorded, so `--steps` repeats the run). Writes `<role>.safetensors`
 (bfloat16), `<role>.json` (architecture, training record) and `projection.safetensors` to `assets/tiny-continuous/`.
 
-The shipped pair is not from this version: it was trained on tiny's one-design data by the script at
-commit b389423 (docs/models.md). A pair from this version's target and the first, smaller draft shape
-(issue 35, on an H100) drew cleaner emoji, but its draft was too far from its target for CSpD, so it is not
-shipped; the draft role is larger since.
+The shipped pair is from this version, trained on a lent H100 by `scripts/continuous_on_gpu.sh` (`train`,
+then `more`; the step counts are in the summaries, docs/models.md). The first pair, trained on tiny's
+one-design data by the script at commit b389423, drew no recognisable emoji.
 """
 
 from __future__ import annotations
