@@ -138,7 +138,7 @@ PRESETS = (
         "both (the paper's figure 11). With the draft distilled from the target, gamma 4 accepts 0.35 of the "
         "drafts with pre-filling and 0.47 without: on one image pre-filling need not help; over the two prompts "
         "of `python -m specviz bench-cspd` (README) it raises alpha at every gamma, 0.38 to 0.43 at gamma 4, "
-        "where CSpD comes within 1.25x of AR's time on a CPU.",
+        "where it measured CSpD at 1.25x AR's time on one CPU thread (a busy machine shows more).",
         "tiny-continuous",
         "cspd",
         "grinning face",
