@@ -116,7 +116,7 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
     if timing:
         rounds = len(trace.timings or ())
         pending = (
-            f"*Timing both runs again with nothing drawing: {rounds} of {timing} done: the clocks below are "
+            f"*Timing both runs again with nothing drawing: {rounds} of up to {timing} done: the clocks below are "
             "provisional.*\n\n"
         )
     return (
