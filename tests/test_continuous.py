@@ -275,6 +275,46 @@ def test_the_race_summary_and_its_bars_count_the_draft_passes_alike(pair):
     assert list(bars[0].text) == [str(trace.draft_nfe)]
 
 
+def test_the_drafts_view_names_each_fate_and_writes_each_ratio_under_its_bar(pair):
+    """A rejected draft's ratio is often too small to see as a bar: its value is written under it, and the
+    legend names every colour on screen, the hatched discarded drafts included."""
+    from specviz import viz
+    from specviz.viz.continuous import ratio_label
+    from specviz.viz.progress import SOURCE_COLOUR_NAMES, sources_key
+
+    trace = run(pair, "cspd", "red apple", 0, params={"gamma": 4})
+    j = next(j for j, it in enumerate(trace.iterations) if "rejected" in it.fate)
+    step = trace.iterations[j]
+    bars = [bar for bar in viz.ratio_bars_figure(trace, j).data if bar.type == "bar"]
+    fates = [fate for fate in ("accepted", "rejected", "discarded") if fate in step.fate]
+    assert [bar.name.split(" ")[0] for bar in bars] == fates
+    for bar in bars:
+        assert [step.fate[k] for k in bar.x] == [bar.name.split(" ")[0]] * len(bar.x)
+        assert bar.marker.pattern.shape == ("/" if bar.name.startswith("discarded") else "")
+    axis = viz.ratio_bars_figure(trace, j).layout.xaxis
+    assert list(axis.ticktext) == [f"{k}<br>{ratio_label(r)}" for k, r in enumerate(step.ratio)]
+    labels = [ratio_label(r) for r in (1.0, 0.996, 0.7249, 0.01, 0.0099, 1e-30)]
+    assert labels == ["1", "1", "0.72", "0.01", "<0.01", "<0.01"]
+    title = viz.trajectory_figure(trace, j).layout.title.text
+    assert "share each step's noise" in title and title.count("<br>") == 1  # two lines across the page
+    # the race's map key names only the sources on the map
+    sources = set(viz.token_sources(trace))
+    key = sources_key(sources)
+    assert {source for source, colour in SOURCE_COLOUR_NAMES.items() if f"{colour}: " in key} == sources - {"pending"}
+
+
+def test_a_long_run_draws_its_passes_as_touching_bars(pair, monkeypatch):
+    from specviz import viz
+    from specviz.viz import figures
+
+    trace = run(pair, "cspd", "red apple", 0, params={"gamma": 4})
+    short = viz.accepted_length_figure(trace)
+    assert short.data[1].width == 0.5 and short.layout.bargap is None
+    monkeypatch.setattr(figures, "LONG_RUN", len(trace.iterations) - 1)
+    long = viz.accepted_length_figure(trace)
+    assert long.data[1].width is None and long.layout.bargap == 0
+
+
 def test_the_methods_of_one_kind_of_token_refuse_the_other(pair, tiny):
     with pytest.raises(UnsupportedMethod, match="continuous tokens"):
         run(pair, "sjd", "red apple", 0)
@@ -366,11 +406,12 @@ def test_the_app_shows_a_continuous_run_with_its_own_views(pair):
     assert bars["label"] == inspection.CONTINUOUS_LABELS["iteration"] and paths["visible"]
     assert "acceptance" in bars["value"].layout.title.text or "accepted" in bars["value"].layout.title.text
     wide, _, _ = inspection.iteration_views({"trace": trace}, j, False, False, wide=True)  # the projector layout
-    assert wide["value"].layout.height == 430 < bars["value"].layout.height
+    assert wide["value"].layout.height < bars["value"].layout.height
     assert [list(t.y) for t in wide["value"].data] == [list(t.y) for t in bars["value"].data]
     sources, _, by_step, versus, shapes = inspection.overview_figures({"trace": trace}, "run_length", False, True)
     assert by_step["label"] == inspection.CONTINUOUS_LABELS["by_step"] and not shapes["visible"]
-    assert "where each token came from" in sources.layout.title.text.replace("<br>", " ")
+    assert sources["label"] == inspection.CONTINUOUS_LABELS["sources"]
+    assert "where each token came from" in sources["value"].layout.title.text.replace("<br>", " ")
     assert "without an AR run" in versus.layout.annotations[0].text.replace("<br>", " ")
     assert {s for s in viz.token_sources(trace)} <= {"alone", "draft", "resampled", "capped", "target"}
     overlay = viz.pass_overlay(pair.decode(trace.vectors).resize((48, 48)), trace, j)

@@ -295,7 +295,7 @@ def test_race_figure(trace, ar):
     fig = race_figure(trace, ar)
     assert len(fig.data) == 4
     assert [(bar.x[0], bar.y[0]) for bar in fig.data] == [("ar", 9), ("sjd", 5), ("ar", 1.5), ("sjd", 0.5)]
-    assert fig.layout.title.text == "sjd vs ar: 1.80x step compression,<br>3.00x latency speedup over AR"
+    assert fig.layout.title.text == "sjd: 1.80x step compression,<br>3.00x latency speedup over AR"
     large = race_figure(trace, ar, large=True)  # on a projector the panel titles and bar labels grow too
     assert {a.font.size for a in large.layout.annotations} == {large.layout.font.size}
     assert large.layout.font.size > fig.layout.font.size

@@ -3,9 +3,11 @@
     python -m specviz.stage.recognition [--weights DIR] [--captions 200] [--seeds 2]
     python -m specviz.stage.recognition --weights assets/tiny-continuous   # the continuous pair's target
     python -m specviz.stage.recognition --real     # the measure on real images of held-out designs
+    python -m specviz.stage.recognition --weights assets/tiny-continuous --guidance 4 --temperature 0.8
 
 For training captions (a fixed draw of `--captions` of them) and seeds 0..K-1 the model draws an image
-by AR at its default sampling; the sample is compared with every training image of every design by a
+by AR at its default sampling (or at the `--guidance` and `--temperature` given: whether the sampling,
+not the model, stands in the way); the sample is compared with every training image of every design by a
 fixed, simple feature (the image averaged down to 12 x 12 RGB, L2 distance). Top-1 is the share of
 samples whose nearest training image has the sample's caption; top-5 the share whose caption is among
 the captions of the 5 nearest. Chance is about 1 in 4,000 captions for top-1; a model that draws one of
@@ -18,12 +20,14 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+from specviz.models.settings import SamplingSettings, SettingsError
 
 if TYPE_CHECKING:
     from specviz.models.continuous import ContinuousPair
@@ -63,22 +67,26 @@ def recognition(
     return Recognition(top1, top5, len(samples))
 
 
-def drawn(model: EmbeddedModel, captions: list[str], seeds: int) -> tuple[np.ndarray, list[str]]:
+def drawn(
+    model: EmbeddedModel, captions: list[str], seeds: int, sampling: SamplingSettings | None = None
+) -> tuple[np.ndarray, list[str]]:
     """AR samples of every caption at seeds 0..K-1 as (N, H, W, 3) uint8 images, with each one's caption:
-    a discrete model's, or the continuous pair's target's."""
+    a discrete model's, or the continuous pair's target's; at the model's default sampling unless given."""
     from specviz.decoding import run
     from specviz.models.protocol import decode_in_order
 
     images, asked = [], []
     for caption in captions:
         for seed in range(seeds):
-            trace = run(model, "ar", caption, seed)
+            trace = run(model, "ar", caption, seed, sampling)
             images.append(np.array(decode_in_order(model, trace.decodable, trace.geometry.order)))
             asked.append(caption)
     return np.stack(images), asked
 
 
-def recognised(model: EmbeddedModel, captions: list[str], seeds: int, cache: Path) -> tuple[Recognition, Recognition]:
+def recognised(
+    model: EmbeddedModel, captions: list[str], seeds: int, cache: Path, sampling: SamplingSettings | None = None
+) -> tuple[Recognition, Recognition]:
     """Recognition of AR samples of `captions` among every training image of every design: by caption,
     and by emoji (its code points less skin tones), where a sample of "woman artist medium skin tone"
     whose nearest image is the woman artist in another skin tone counts. Half the captions are such
@@ -90,7 +98,7 @@ def recognised(model: EmbeddedModel, captions: list[str], seeds: int, cache: Pat
     reference_captions = [c for c, kept in zip(designs.captions, training, strict=True) if kept]
     reference_bases = [b for b, kept in zip(designs.bases, training, strict=True) if kept]
     base_of = dict(zip(designs.captions, designs.bases, strict=True))
-    images, asked = drawn(model, captions, seeds)
+    images, asked = drawn(model, captions, seeds, sampling)
     reference = designs.images[training]
     return (
         recognition(images, asked, reference, reference_captions),
@@ -144,13 +152,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--cache", type=Path, default=Path(".cache"), help="where the emoji designs are kept")
     parser.add_argument("--real", action="store_true", help="measure real images of held-out designs instead")
+    parser.add_argument("--guidance", type=float, help="the guidance scale to sample at (default: the model's)")
+    parser.add_argument("--temperature", type=float, help="the temperature to sample at (default: the model's)")
     args = parser.parse_args(argv)
     if args.real:
         print(f"real images of held-out designs: {real_designs(args.cache).summary()}")
         return
     model = load_embedded(args.weights)
-    by_caption, by_emoji = recognised(model, training_captions(args.cache, args.captions), args.seeds, args.cache)
-    print(f"{args.weights}: {by_caption.summary()}; by emoji, any skin tone: {by_emoji.summary()}")
+    sampling = model.default_sampling
+    if args.guidance is not None or args.temperature is not None:
+        chosen = {"guidance_scale": args.guidance, "temperature": args.temperature}
+        try:
+            sampling = replace(sampling, **{name: value for name, value in chosen.items() if value is not None})
+        except SettingsError as error:
+            parser.error(str(error))
+    captions = training_captions(args.cache, args.captions)
+    by_caption, by_emoji = recognised(model, captions, args.seeds, args.cache, sampling)
+    at = f"guidance {sampling.guidance_scale:g}, temperature {sampling.temperature:g}"
+    print(f"{args.weights} ({at}): {by_caption.summary()}; by emoji, any skin tone: {by_emoji.summary()}")
 
 
 if __name__ == "__main__":

@@ -53,13 +53,16 @@ READING_GUIDE = """
   makes the accepted path longer.
 - **Continuous tokens (tiny-continuous: cspd, cspd-exact)**: a token is 12 numbers, drawn by a small
   diffusion head in 25 denoising steps; a draft model proposes gamma tokens, the target checks them in
-  one pass. The bars give each draft's acceptance probability min(1, r) and the tick the uniform that
-  decided it. cspd (the paper) denoises both models from the same noise and compares the last step's
+  one pass. The bars give each draft's acceptance probability min(1, r) (its value under the bar) and
+  the tick the uniform that decided it; hatched drafts came after a rejection and were discarded
+  untested. cspd (the paper) denoises both models from the same noise and compares the last step's
   densities times Sigma, the ratio of the earlier steps' variances: close to the target's
   distribution, not exact. cspd-exact compares the densities of the draft's whole denoising path
   under both models: exact, with acceptance measured rather than promised. The trajectory view draws
   one draft's path (and for cspd the target's path from the same noise) in the token's first two
-  coordinates; the map shows which tokens were accepted drafts and which were resampled.
+  coordinates: each step adds fresh noise, so a path zig-zags, and under cspd both paths take the
+  same noise, so they nearly coincide even where the draft is rejected (the densities of the last
+  step decide). The map shows which tokens were accepted drafts and which were resampled.
 - **Acceptance map**: per cell, how many tokens were committed together with it (long runs: the
   easy, flat regions), the iteration that committed it, or how often it was drafted before it was
   fixed.
@@ -123,7 +126,9 @@ CONTINUOUS_LABELS = {
     "iteration": "Drafts of this pass and their acceptance ratios",
     "paths": "Denoising trajectories of one draft (draft and target, same noise)",
     "by_step": "Acceptance by generation step",
+    "sources": "Where each token came from",
 }
+MAP_LABEL = "Acceptance map"
 
 
 def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = False) -> tuple:
@@ -164,7 +169,7 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
     versus = viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else no_ar_figure(trace, dark, large)
     if trace.continuous:
         return (
-            viz.token_source_figure(trace, dark=dark, large=large),
+            gr.update(value=viz.token_source_figure(trace, dark=dark, large=large), label=CONTINUOUS_LABELS["sources"]),
             gr.update(value=viz.accepted_length_figure(trace, dark=dark, large=large), label="Accepted per pass"),
             gr.update(
                 value=viz.acceptance_by_step_figure([trace, *runs.get("contrast", [])], dark=dark, large=large),
@@ -179,7 +184,7 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
     changed = None if trees else viz.changed_figure(trace, dark=dark, large=large)
     shapes = viz.tree_shape_figure(trace, dark=dark, large=large) if trees else None
     return (
-        viz.acceptance_map_figure(trace, kind, dark=dark, large=large),
+        gr.update(value=viz.acceptance_map_figure(trace, kind, dark=dark, large=large), label=MAP_LABEL),
         gr.update(value=length, label="Tau per tree pass" if trees else "Accepted length per iteration"),
         gr.update(value=changed, visible=not trees, label="Drafts changed per iteration"),
         versus,
@@ -288,10 +293,10 @@ def build() -> tuple[InspectTab, dict]:
                 ("times drafted before fixed", "redraws"),
             ],
             value="run_length",
-            label="Acceptance map",
+            label=MAP_LABEL,
         )
         with gr.Row():
-            map_plot = gr.Plot(label="Acceptance map")
+            map_plot = gr.Plot(label=MAP_LABEL)
             race_plot = gr.Plot(label="NFE and latency against AR")
         with gr.Row():
             length_plot = gr.Plot(label="Accepted length per iteration")

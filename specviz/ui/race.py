@@ -207,8 +207,9 @@ def build() -> RaceTab:
         with gr.Row(equal_height=False):
             bars = gr.HTML(elem_id="race-bars")
             with gr.Column(scale=0, min_width=220, elem_id="race-map-column"):
-                # no label on the picture: Gradio lays it over the image's top rows, the first to fill in
-                progress = gr.Image(height=200, format="png", show_label=False, elem_id="race-map")
+                # no label and no buttons on the picture: Gradio lays them over the image's top rows, the first
+                # to fill in (the whole run is saved from "Replay and export")
+                progress = gr.Image(height=200, format="png", show_label=False, buttons=[], elem_id="race-map")
                 progress_title = gr.Markdown(elem_id="race-map-title")
         summary = gr.Markdown(elem_id="race-summary")
         # the reason a latency speedup is not the step compression, one click away: Compare's cost panel, measured

@@ -18,18 +18,32 @@ from specviz.viz.figures import WIDE_HEIGHT, WIDE_TITLE, _finish, message_figure
 from specviz.viz.palette import OKABE_ITO, colors
 
 # where a committed token came from, in legend order: (label, colour key or hex)
+# (short enough for one legend line of a half-width plot in large type)
 SOURCES = {
-    "alone": ("drawn by the target alone (AR, pre-filled)", "committed"),
+    "alone": ("target alone (AR, pre-filled)", "committed"),
     "draft": ("draft accepted", "accepted"),
     "resampled": ("draft rejected, resampled", "rejected"),
-    "capped": ("resampling gave up after its cap of tries: the target's own draw kept", OKABE_ITO["yellow"]),
-    "target": ("drawn by the target after a fully accepted draft", "new"),
+    "capped": ("resampling capped: target's draw", OKABE_ITO["yellow"]),
+    "target": ("target's bonus token (all accepted)", "new"),
     "pending": ("not generated yet", "pending"),
-    "unverified": ("drawn by the draft model alone, never verified", OKABE_ITO["reddish_purple"]),
+    "unverified": ("draft model alone, never verified", OKABE_ITO["reddish_purple"]),
 }
 FATE_COLOURS = {"accepted": "accepted", "rejected": "rejected", "discarded": "pending"}
+FATE_NAMES = {  # a draft's fate in the bars' legend
+    "accepted": "accepted",
+    "rejected": "rejected (resampled from the residual)",
+    "discarded": "discarded (after a rejection)",
+}
 COORDINATES = ("token coordinate 1 (first principal component)", "token coordinate 2")
 POSITION_BINS = 16
+LABELLED_DRAFTS = 8  # the drafts view writes each ratio under its bar up to this many drafts
+
+
+def ratio_label(ratio: float) -> str:
+    """min(1, r) in at most five characters, for a label under a narrow bar (the hover has the value)."""
+    if ratio >= 0.995:
+        return "1"
+    return f"{ratio:.2f}" if ratio >= 0.01 else "<0.01"
 
 
 def _colour(key: str, dark: bool) -> str:
@@ -107,7 +121,9 @@ def token_source_figure(trace: Trace, j: int | None = None, dark: bool = False, 
     fig.update_yaxes(
         showgrid=False, zeroline=False, range=[g.rows - 0.5, -0.5], scaleanchor="x", constrain="domain", title="row"
     )
-    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0.5, "xanchor": "center"})
+    # large type: from the left edge, so a legend wider than the plot loses its ends' text, not its swatches
+    where = {"x": 0, "xanchor": "left"} if large else {"x": 0.5, "xanchor": "center"}
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.12, **where})
     alpha = draft_acceptance(trace.iterations)
     rate = "" if alpha is None else f", {alpha:.0%} of tested drafts accepted"
     order = " (numbers: the generation order)" if ordered else ""
@@ -133,7 +149,6 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
             large,
         )
     palette = colors(dark)
-    offsets = np.arange(len(step.fate))
     hover = []
     for k, fate in enumerate(step.fate):
         parts = [
@@ -147,16 +162,25 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
         if step.uniform[k] is not None:
             parts.append(f"uniform u = {step.uniform[k]:.3f}")
         hover.append("<br>".join(parts))
-    fig = go.Figure(
-        go.Bar(
-            x=offsets,
-            y=[max(r, 0.015) for r in step.ratio],  # a ratio of 0 still shows a sliver in its colour
-            marker_color=[palette[FATE_COLOURS[fate]] for fate in step.fate],
-            customdata=hover,
-            hovertemplate="%{customdata}<extra></extra>",
-            name="min(1, r)",
+    fig = go.Figure()
+    for fate, name in FATE_NAMES.items():  # one bar trace per fate, so the legend names each colour
+        drafts = [k for k, f in enumerate(step.fate) if f == fate]
+        if not drafts:
+            continue
+        fig.add_trace(
+            go.Bar(
+                x=drafts,
+                y=[max(step.ratio[k], 0.015) for k in drafts],  # a ratio of 0 still shows a sliver in its colour
+                marker={
+                    "color": palette[FATE_COLOURS[fate]],
+                    # a discarded draft was never tested: its ratio hatched, in the colour of cells not decided
+                    "pattern": {"shape": "/" if fate == "discarded" else "", "fgcolor": palette["outline"]},
+                },
+                customdata=[hover[k] for k in drafts],
+                hovertemplate="%{customdata}<extra></extra>",
+                name=name,
+            )
         )
-    )
     tested = [k for k, u in enumerate(step.uniform) if u is not None]
     fig.add_trace(
         go.Scatter(
@@ -165,14 +189,40 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
             hoverinfo="skip",
         )
     )  # fmt: skip
-    fig.update_xaxes(title="draft (0 = the first position after the decided prefix)", dtick=1)
-    fig.update_yaxes(title="acceptance probability min(1, r)", range=[0, 1.05])
-    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0.5, "xanchor": "center"})
+    # each draft's min(1, r) under its bar, where no uniform's tick covers it: a rejected draft's is often
+    # too small to see as a bar (up to 8 drafts; more would run into each other)
+    count = len(step.fate)
+    labelled = count <= LABELLED_DRAFTS
+    ticks = [f"{k}<br>{ratio_label(step.ratio[k])}" if labelled else str(k) for k in range(count)]
+    below = "draft (0 = the next position)" + ("<br>and its min(1, r)" if labelled else "")
+    fig.update_xaxes(title=below, tickvals=list(range(count)), ticktext=ticks, range=[-0.5, count - 0.5])
+    short = large or wide  # the long title runs into the figure's title on a short or large-type plot
+    fig.update_yaxes(title="min(1, r)" if short else "acceptance probability min(1, r)", range=[0, 1.05])
+    fig.update_layout(
+        barmode="overlay",  # one bar per draft, whichever trace it is in
+        # the legend at the figure's foot, one entry a line, under the axis's two lines of ticks and title
+        legend={"yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
+    )
     tries = f", resampled after {step.tries} {'try' if step.tries == 1 else 'tries'}" if step.tries else ""
-    kind = "cspd: r = Sigma p(x0|x1p) / q(x0|x1q)" if step.log_sigma is not None else "r = p(path) / q(path)"
-    title = f"{head}: {it.accepted} of {len(step.fate)} drafts accepted{tries}<br>{kind}"
+    if step.log_sigma is not None:
+        kind = "r = Σ p/q (Eq. 5)" if large else "cspd: r = Σ p(x0|x1) / q(x0|x1)"
+    else:
+        kind = "r = p(path) / q(path)"
+    title = f"{head}: {it.accepted} of {len(step.fate)} accepted{tries}<br>{kind}"
     wide = wide and not large
-    return _finish(fig, title, WIDE_HEIGHT if wide else 480, dark, large, widths=WIDE_TITLE if wide else 1)
+    fig = _finish(fig, title, WIDE_HEIGHT if wide else 480, dark, large, widths=WIDE_TITLE if wide else 1)
+    font = fig.layout.font.size
+    # a projector's wide plot: short names in two rows (a wrapped row's columns are as wide as its longest name)
+    rows = 2 if wide else len(fig.data)
+    if wide:
+        fig.update_layout(legend={"orientation": "h"})
+        for bar in fig.data[:-1]:
+            bar.name = bar.name.split(" ")[0]
+        fig.data[-1].name = "u (accept if u <= bar)"
+    legend = (rows * 1.5 + 0.5) * font
+    axis = (4 if labelled else 2) * 1.3 * font  # tick lines and title lines
+    fig.update_layout(margin={"b": int(axis + legend + font)}, height=fig.layout.height + int(legend))
+    return fig
 
 
 def trajectory_figure(
@@ -195,17 +245,19 @@ def trajectory_figure(
     k = draft if draft is not None else (step.fate.index("rejected") if "rejected" in step.fate else it.accepted - 1)
     k = max(0, min(k, len(step.fate) - 1))
     palette = colors(dark)
-    paths = [("draft", step.draft_path[k], palette["new"])]
+    # (name, points, colour, width): the draft's wide line under the target's narrow one, so that two
+    # paths which nearly coincide (the same noise) both show
+    paths = [("draft", step.draft_path[k], palette["new"], 8)]
     if step.target_path is not None:
-        paths.append(("target (same noise)", step.target_path[k], palette["kept"]))
+        paths.append(("target (same noise)", step.target_path[k], palette["kept"], 2.5))
     fig = go.Figure()
-    for name, points, colour in paths:
+    for name, points, colour, width in paths:
         xs, ys = zip(*points, strict=True)
         steps = len(points) - 1
         fig.add_trace(
             go.Scatter(
-                x=xs, y=ys, mode="lines+markers", name=name, line={"color": colour, "width": 3},
-                marker={"size": 6}, customdata=[f"step {s} of {steps}" for s in range(steps + 1)],
+                x=xs, y=ys, mode="lines+markers", name=name, line={"color": colour, "width": width},
+                marker={"size": width + 3}, customdata=[f"step {s} of {steps}" for s in range(steps + 1)],
                 hovertemplate=f"{name}, %{{customdata}}<br>(%{{x:.3f}}, %{{y:.3f}})<extra></extra>",
             )
         )  # fmt: skip
@@ -224,13 +276,19 @@ def trajectory_figure(
     )  # fmt: skip
     fig.update_xaxes(title=COORDINATES[0])
     fig.update_yaxes(title=COORDINATES[1], scaleanchor="x")
-    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0.5, "xanchor": "center"})
-    title = (
-        f"iteration {j}, draft at offset {k} (position {it.start + k}): {step.fate[k]}, "
-        f"min(1, r) = {step.ratio[k]:.2g}"
-        f"<br>stars: the tokens x_0"
+    fig.update_layout(
+        legend={"orientation": "h", "yanchor": "top", "y": -0.3 if large else -0.18, "x": 0.5, "xanchor": "center"}
     )
-    return _finish(fig, title, 520, dark, large)
+    # the paths zig-zag: every step adds fresh noise, the same draw to both paths under cspd
+    ends = (
+        "circle: x_T; star: the token x_0; both paths share each step's noise"
+        if len(paths) == 2
+        else "circle: x_T; star: x_0; the target's density is taken on this path"
+    )
+    title = (
+        f"iteration {j}, draft {k} (position {it.start + k}): {step.fate[k]}, min(1, r) = {step.ratio[k]:.2g}<br>{ends}"
+    )
+    return _finish(fig, title, 520, dark, large, widths=2)  # a plot across the page
 
 
 def acceptance_by_step(trace: Trace, bins: int = POSITION_BINS) -> tuple[np.ndarray, np.ndarray]:

@@ -41,6 +41,7 @@ OFFSET_TITLE = "offset in the window (0 = first draft)"  # not the grid's column
 # a wide figure's height (Inspect's window or tree in the projector layout): with the sentence, the buttons
 # and the tabs above it, a 1280 x 720 screen holds it
 WIDE_HEIGHT = 430
+LONG_RUN = 60  # iterations beyond which a per-iteration bar chart draws its bars touching
 WIDE_TITLE = 1.6  # a wide figure's title line, in half-width plots' lines: about 590 px on a 1280 px projector
 RATIO_TITLE = {False: "acceptance ratio min(1, p_new/p_old) per draft", True: "ratio min(1, p_new/p_old)"}
 MAP_TITLES = {
@@ -386,14 +387,29 @@ def accepted_length_figure(trace: Trace, dark: bool = False, large: bool = False
     series = per_iteration(trace)
     palette = colors(dark)
     x = np.arange(len(trace.iterations))
+    # a long run (a continuous pair's 170 passes) has a pixel or two per pass: bars that touch, the accepted
+    # ones as wide as the committed, or both thin to hairlines in washed-out colours
+    long = len(x) > LONG_RUN
     fig = go.Figure(
         [
             go.Bar(x=x, y=series["committed"], name="tokens committed", marker_color=palette["committed"]),
-            go.Bar(x=x, y=series["accepted"], name="drafts accepted", marker_color=palette["accepted"], width=0.5),
+            go.Bar(
+                x=x,
+                y=series["accepted"],
+                name="drafts accepted",
+                marker_color=palette["accepted"],
+                width=None if long else 0.5,
+            ),
         ]
     )
+    if long:  # the template's white outlines would stripe touching bars
+        fig.update_traces(marker_line_width=0)
     mean = len(trace.tokens) / max(len(trace.iterations), 1)
-    fig.update_layout(barmode="overlay", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+    fig.update_layout(
+        barmode="overlay",
+        bargap=0 if long else None,
+        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+    )
     fig.update_xaxes(title="iteration")
     fig.update_yaxes(title="tokens")
     return _finish(fig, f"{trace.method}: {mean:.2f} tokens per iteration", 420, dark, large)
@@ -437,13 +453,17 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     palette = colors(dark)
     # large type: titles short enough for half a half-width plot each, or they run into each other
     titles = ("passes (NFE)", "seconds") if large else ("model passes (NFE)", "latency (seconds)")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.15)
     alone = draft_alone(trace)  # its passes are the draft's: one bar, not the target's prefill beside them
+    with_draft = trace.draft_nfe is not None and trace.method != ar.method and not alone
+    # three bars of passes (AR, the method, its draft) get the wider panel, their labels level
+    widths = [0.6, 0.4] if with_draft else [0.5, 0.5]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.15, column_widths=widths)
 
     def passes(run: Trace) -> int:
         return numbers["nfe"] if run is trace else run.nfe
 
-    for col, (value, text) in enumerate([(passes, "{:d}"), (lambda t: t.seconds, "{:.2f} s")], start=1):
+    # seconds to 3 figures ("35 s", "4.98 s"): a longer label runs into the axis beside a narrow bar
+    for col, (value, text) in enumerate([(passes, "{:d}"), (lambda t: t.seconds, "{:.3g} s")], start=1):
         for run, color in ((ar, palette["committed"]), (trace, palette["accepted"])):
             fig.add_trace(
                 go.Bar(
@@ -461,22 +481,24 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
                 row=1,
                 col=col,
             )
-    if trace.draft_nfe is not None and trace.method != ar.method and not alone:  # the draft's, beside the target's
+    if with_draft:  # the draft's, beside the target's
         fig.add_trace(
             go.Bar(
-                x=[f"{trace.method}: draft"], y=[trace.draft_nfe], name="draft model passes",
+                x=["draft"], y=[trace.draft_nfe], name="draft model passes",
                 marker_color=palette["new"], text=[f"{trace.draft_nfe:d}"], textposition="outside", cliponaxis=False,
             ),
             row=1,
             col=1,
         )  # fmt: skip
+    fig.update_xaxes(tickangle=0)
     # the legend below the plots leaves both panels their width, so their titles stay apart
     fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0.5, "xanchor": "center"})
     for col, value in enumerate((passes, lambda t: t.seconds), start=1):
         top = 1.2 * max(value(trace), value(ar), trace.draft_nfe or 0 if col == 1 else 0) or 1.0  # room for labels
         fig.update_yaxes(range=[0, top], row=1, col=col)
     latency = latency_verdict(numbers["latency_speedup"], timed_speedup(trace, ar), with_spread=False)
-    title = f"{trace.method} vs {ar.method}: {ratio_text(numbers['step_compression'])} step compression,<br>{latency}"
+    # "vs ar" left out: the title fits a half-width plot in two lines, and its second line names AR
+    title = f"{trace.method}: {ratio_text(numbers['step_compression'])} step compression,<br>{latency}"
     if alone:
         c = numbers["cost_ratio"]
         title = f"{trace.method}: the draft model alone,<br>{c:.2f}x the target's AR time (cost ratio c)"

@@ -20,12 +20,21 @@ from specviz.viz.palette import colors
 
 # the colour scales of Inspect's figures: Cividis for the acceptance map, Viridis for the depth map
 COLORMAPS = {False: "cividis", True: "viridis"}
-# the key of a continuous run's map, in the colours of the app's header swatches
-SOURCES_KEY = (
-    "where each token came from (green: draft accepted; vermillion: rejected, resampled; grey: the target "
-    "alone; sky blue: the target after a fully accepted draft; yellow: resampling capped; reddish purple: "
-    "the draft model alone, never verified)"
-)
+# a continuous run's map key names the sources on the map by these colours, as the app's header swatches
+SOURCE_COLOUR_NAMES = {
+    "draft": "green",
+    "resampled": "vermillion",
+    "alone": "grey",
+    "target": "sky blue",
+    "capped": "yellow",
+    "unverified": "reddish purple",
+}
+
+
+def sources_key(sources: set[str]) -> str:
+    """The title of a continuous run's map: the colour of each source on it, in the legend's order."""
+    shown = [f"{colour}: {SOURCES[key][0]}" for key, colour in SOURCE_COLOUR_NAMES.items() if key in sources]
+    return f"where each token came from ({'; '.join(shown)})" if shown else "where each token came from"
 
 
 def progress_map(trace: Trace, dark: bool = False) -> tuple[str, Image.Image]:
@@ -39,11 +48,12 @@ def progress_map(trace: Trace, dark: bool = False) -> tuple[str, Image.Image]:
     rgb = np.empty((g.rows * g.cols, 3), np.uint8)
     rgb[:] = ImageColor.getrgb(palette["pending"])
     if trace.continuous:
-        for cell, source in zip(cell_of_position(trace), token_sources(trace), strict=True):
+        sources = token_sources(trace)
+        for cell, source in zip(cell_of_position(trace), sources, strict=True):
             if cell >= 0 and source != "pending":
                 colour = SOURCES[source][1]
                 rgb[cell] = ImageColor.getrgb(colour if colour.startswith("#") else palette[colour])
-        return SOURCES_KEY, Image.fromarray(rgb.reshape(g.rows, g.cols, 3))
+        return sources_key(set(sources)), Image.fromarray(rgb.reshape(g.rows, g.cols, 3))
     if has_trees(trace):
         values = depth_map(trace).ravel()
         top = max(float(np.nanmax(values, initial=1.0)), 1.0)
