@@ -296,7 +296,7 @@ def test_the_drafts_view_names_each_fate_and_writes_each_ratio_under_its_bar(pai
     labels = [ratio_label(r) for r in (1.0, 0.996, 0.7249, 0.01, 0.0099, 1e-30)]
     assert labels == ["1", "1", "0.72", "0.01", "<0.01", "<0.01"]
     title = viz.trajectory_figure(trace, j).layout.title.text
-    assert "share each step's noise" in title and title.count("<br>") == 1  # two lines across the page
+    assert "the same noise at each step" in title and title.count("<br>") == 1  # two lines across the page
     # the race's map key names only the sources on the map
     sources = set(viz.token_sources(trace))
     key = sources_key(sources)

@@ -64,6 +64,12 @@ def test_tree_and_continuous_passes_have_their_own_sentences(eagle2_trace, tiny)
     capped = rejecting.model_copy(update={"source": [*rejecting.source[:-1], "capped"], "tries": 1000})
     assert "resampling gave up after 1000 tries" in SENTENCES["continuous"](capped)
     assert "kept the target's last draw, a small departure from exactness" in SENTENCES["continuous"](capped)
+    # the drafts after the rejected one, counted in words that agree with their number
+    offset = rejecting.accepted
+    endings = {2: "; the 2 after it were discarded.", 1: "; the 1 after it was discarded.", 0: "tried)."}
+    for discarded, ending in endings.items():
+        fate = [*rejecting.fate[: offset + 1], *["discarded"] * discarded]
+        assert SENTENCES["continuous"](rejecting.model_copy(update={"fate": fate})).endswith(ending)
     assert all(line.startswith("Iteration ") for line in told)
 
 

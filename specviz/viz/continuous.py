@@ -203,7 +203,9 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
         # the legend at the figure's foot, one entry a line, under the axis's two lines of ticks and title
         legend={"yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
     )
-    tries = f", resampled after {step.tries} {'try' if step.tries == 1 else 'tries'}" if step.tries else ""
+    # (large type: the tries are left to the sentence under the buttons, the title to three lines)
+    tried = step.tries and not large
+    tries = f", resampled after {step.tries} {'try' if step.tries == 1 else 'tries'}" if tried else ""
     if step.log_sigma is not None:
         kind = "r = Σ p/q (Eq. 5)" if large else "cspd: r = Σ p(x0|x1) / q(x0|x1)"
     else:
@@ -251,7 +253,7 @@ def trajectory_figure(
     if step.target_path is not None:
         paths.append(("target (same noise)", step.target_path[k], palette["kept"], 2.5))
     fig = go.Figure()
-    for name, points, colour, width in paths:
+    for index, (name, points, colour, width) in enumerate(paths):
         xs, ys = zip(*points, strict=True)
         steps = len(points) - 1
         fig.add_trace(
@@ -263,7 +265,8 @@ def trajectory_figure(
         )  # fmt: skip
         fig.add_trace(
             go.Scatter(
-                x=[xs[-1]], y=[ys[-1]], mode="markers", showlegend=False, hoverinfo="skip",
+                x=[xs[-1]], y=[ys[-1]], mode="markers", name="the token x_0", showlegend=index == 0,
+                hoverinfo="skip",
                 marker={"size": 16, "symbol": "star", "color": colour, "line": {"color": palette["outline"]}},
             )
         )  # fmt: skip
@@ -280,14 +283,9 @@ def trajectory_figure(
         legend={"orientation": "h", "yanchor": "top", "y": -0.3 if large else -0.18, "x": 0.5, "xanchor": "center"}
     )
     # the paths zig-zag: every step adds fresh noise, the same draw to both paths under cspd
-    ends = (
-        "circle: x_T; star: the token x_0; both paths share each step's noise"
-        if len(paths) == 2
-        else "circle: x_T; star: x_0; the target's density is taken on this path"
-    )
-    title = (
-        f"iteration {j}, draft {k} (position {it.start + k}): {step.fate[k]}, min(1, r) = {step.ratio[k]:.2g}<br>{ends}"
-    )
+    how = "both paths take the same noise at each step" if len(paths) == 2 else "the target's density along this path"
+    head = f"iteration {j}, draft {k} (position {it.start + k}): {step.fate[k]}, min(1, r) = {step.ratio[k]:.2g}"
+    title = f"{head}<br>{how}"
     return _finish(fig, title, 520, dark, large, widths=2)  # a plot across the page
 
 
@@ -330,7 +328,7 @@ def acceptance_by_step_figure(traces: list[Trace], dark: bool = False, large: bo
                 hovertemplate="positions from %{x}: %{y:.0%} accepted<extra></extra>", connectgaps=False,
             )
         )  # fmt: skip
-    fig.update_xaxes(title="generation step (first position of each span)")
+    fig.update_xaxes(title="generation step" if large else "generation step (first position of each span)")
     fig.update_yaxes(title="tested drafts accepted", range=[0, 1.02], tickformat=".0%")
     fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
     return _finish(fig, title, 420, dark, large)

@@ -462,8 +462,10 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     def passes(run: Trace) -> int:
         return numbers["nfe"] if run is trace else run.nfe
 
-    # seconds to 3 figures ("35 s", "4.98 s"): a longer label runs into the axis beside a narrow bar
-    for col, (value, text) in enumerate([(passes, "{:d}"), (lambda t: t.seconds, "{:.3g} s")], start=1):
+    # seconds to 3 figures ("35 s", "4.98 s"; in large type without the unit, which the panel's title gives):
+    # a longer label runs into the axis beside a narrow bar
+    seconds = "{:.3g}" if large else "{:.3g} s"
+    for col, (value, text) in enumerate([(passes, "{:d}"), (lambda t: t.seconds, seconds)], start=1):
         for run, color in ((ar, palette["committed"]), (trace, palette["accepted"])):
             fig.add_trace(
                 go.Bar(
@@ -490,15 +492,20 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
             row=1,
             col=1,
         )  # fmt: skip
-    fig.update_xaxes(tickangle=0)
+    # level labels; in large type none: three would run together, and the legend names each colour
+    fig.update_xaxes(tickangle=0, showticklabels=not large)
     # the legend below the plots leaves both panels their width, so their titles stay apart
     fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0.5, "xanchor": "center"})
     for col, value in enumerate((passes, lambda t: t.seconds), start=1):
         top = 1.2 * max(value(trace), value(ar), trace.draft_nfe or 0 if col == 1 else 0) or 1.0  # room for labels
         fig.update_yaxes(range=[0, top], row=1, col=col)
     latency = latency_verdict(numbers["latency_speedup"], timed_speedup(trace, ar), with_spread=False)
-    # "vs ar" left out: the title fits a half-width plot in two lines, and its second line names AR
-    title = f"{trace.method}: {ratio_text(numbers['step_compression'])} step compression,<br>{latency}"
+    # "vs ar" left out: the title fits a half-width plot in two lines, and its second line names AR; large
+    # type leaves out the method too (the legend names it) and says a speedup in fewer words
+    compression = f"{ratio_text(numbers['step_compression'])} step compression"
+    title = f"{trace.method}: {compression},<br>{latency}"
+    if large:
+        title = f"{compression},<br>{latency.replace('latency speedup over AR', 'faster than AR')}"
     if alone:
         c = numbers["cost_ratio"]
         title = f"{trace.method}: the draft model alone,<br>{c:.2f}x the target's AR time (cost ratio c)"

@@ -110,10 +110,11 @@ def _continuous_sentence(it: ContinuousRecord) -> str:
         if it.source[-1] == "capped"
         else f"its position was resampled ({it.tries} proposal{'s' if it.tries != 1 else ''} tried)"
     )
+    discarded = gamma - accepted - 1
+    after = {0: "", 1: "; the 1 after it was discarded"}.get(discarded, f"; the {discarded} after it were discarded")
     return (
         f"{head}; the {_ordinal(accepted + 1)} (offset {accepted}) was rejected (density ratio "
-        f"{_number(it.ratio[accepted])}, uniform {_number(it.uniform[accepted])}): {drawn}; the "
-        f"{gamma - accepted - 1} after it were discarded."
+        f"{_number(it.ratio[accepted])}, uniform {_number(it.uniform[accepted])}): {drawn}{after}."
     )
 
 
