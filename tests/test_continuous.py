@@ -470,5 +470,7 @@ def test_inspect_adds_the_same_run_with_pre_filling_switched(pair, monkeypatch):
     assert second.iterations[0].fate and not trace.iterations[0].fate  # drafts from the start
     assert not inspection.contrast_label(runs)["visible"]  # added once
     _, _, by_step, _, _ = inspection.overview_figures(runs, "run_length", False, False)
-    assert [line.name for line in by_step["value"].data] == ["cspd, pre-fill 25%", "cspd, pre-fill 0%"]
+    alphas = [metrics.draft_acceptance(t.iterations) for t in (trace, second)]
+    names = [f"cspd, pre-fill 25%: alpha {alphas[0]:.2f}", f"cspd, pre-fill 0%: alpha {alphas[1]:.2f}"]
+    assert [line.name for line in by_step["value"].data] == names
     assert inspection.contrast_params(run(pair, "ar", "red apple", 0)) is None  # nothing to switch

@@ -322,6 +322,8 @@ def acceptance_by_step_figure(traces: list[Trace], dark: bool = False, large: bo
         starts, rates = acceptance_by_step(trace)
         prefill = trace.params.get("prefill")
         label = f"{trace.method}, pre-fill {prefill:.0%}" if isinstance(prefill, float) else trace.method
+        alpha = draft_acceptance(trace.iterations)  # the run's whole acceptance, as the paper's tables give it
+        label += "" if alpha is None else f": alpha {alpha:.2f}"
         fig.add_trace(
             go.Scatter(
                 x=starts, y=rates, mode="lines+markers", name=label, line={"color": palette[index % len(palette)]},
