@@ -279,9 +279,10 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
     eagle2_trace.save(path)
     client = Client(server, verbose=False)
     client.predict([handle_file(str(path))], False, False, api_name="/replay")
-    tree, image, depths, _, length, changed, _, shapes, sentence = client.predict(
+    tree, image, depths, _, length, changed, _, shapes, contrast, sentence = client.predict(
         3, "redraws", False, False, api_name="/refresh"
     )
+    assert not contrast["visible"]  # a continuous run's view only
     assert sentence.startswith("Iteration 3")
     assert tree["label"] == "Draft tree of this iteration"
     assert "drafts in a tree" in json.loads(tree["value"]["plot"])["layout"]["title"]["text"].replace("<br>", " ")
@@ -299,7 +300,7 @@ def test_inspect_shows_the_tree_the_depth_map_and_the_shapes_of_a_tree_run(serve
     assert "committed this iteration (5)" in depths["value"]["plot"]
     sjd = Path(specviz.__file__).parent / "data" / "examples" / "red-apple-sjd.json"
     client.predict([handle_file(str(sjd))], False, False, api_name="/replay")
-    window, _, depths, _, length, changed, _, shapes, _ = client.predict(
+    window, _, depths, _, length, changed, _, shapes, _, _ = client.predict(
         3, "redraws", False, False, api_name="/refresh"
     )
     assert window["label"] == "Jacobi window" and length["label"] == "Accepted length per iteration"
@@ -455,7 +456,7 @@ def test_replay_restores_the_controls_and_opens_at_an_instructive_iteration(serv
     assert iteration["value"] == min(
         j for j, it in enumerate(trace.iterations) if {"accepted", "rejected"} <= set(it.outcome())
     )
-    *_, race_plot, _, _ = client.predict(iteration["value"], "run_length", False, False, api_name="/refresh")
+    *_, race_plot, _, _, _ = client.predict(iteration["value"], "run_length", False, False, api_name="/refresh")
     figure = _figure(race_plot)
     assert figure["layout"]["title"]["text"] == "NFE and latency against AR"
     assert "without an AR run" in figure["layout"]["annotations"][0]["text"]  # says why instead of a blank plot

@@ -408,7 +408,10 @@ def test_the_app_shows_a_continuous_run_with_its_own_views(pair):
     wide, _, _ = inspection.iteration_views({"trace": trace}, j, False, False, wide=True)  # the projector layout
     assert wide["value"].layout.height < bars["value"].layout.height
     assert [list(t.y) for t in wide["value"].data] == [list(t.y) for t in bars["value"].data]
-    sources, _, by_step, versus, shapes = inspection.overview_figures({"trace": trace}, "run_length", False, True)
+    sources, _, by_step, versus, shapes, contrast = inspection.overview_figures(
+        {"trace": trace}, "run_length", False, True
+    )
+    assert not contrast["visible"]  # no run with pre-filling switched yet
     assert by_step["label"] == inspection.CONTINUOUS_LABELS["by_step"] and not shapes["visible"]
     assert sources["label"] == inspection.CONTINUOUS_LABELS["sources"]
     assert "where each token came from" in sources["value"].layout.title.text.replace("<br>", " ")
@@ -469,7 +472,10 @@ def test_inspect_adds_the_same_run_with_pre_filling_switched(pair, monkeypatch):
     assert (second.method, second.seed, second.params["prefill"]) == ("cspd", 0, 0.0)
     assert second.iterations[0].fate and not trace.iterations[0].fate  # drafts from the start
     assert not inspection.contrast_label(runs)["visible"]  # added once
-    _, _, by_step, _, _ = inspection.overview_figures(runs, "run_length", False, False)
+    monkeypatch.setattr(inspection, "decoder_for", lambda trace: pair)  # the random pair decodes its own grid
+    _, _, by_step, _, _, contrast = inspection.overview_figures(runs, "run_length", False, False)
+    assert contrast["visible"] and contrast["label"] == "cspd, pre-fill 0%: its image"  # the second run's picture
+    assert contrast["value"].size == inspection.picture(pair, second.vectors, "", None).size
     alphas = [metrics.draft_acceptance(t.iterations) for t in (trace, second)]
     names = [f"cspd, pre-fill 25%: alpha {alphas[0]:.2f}", f"cspd, pre-fill 0%: alpha {alphas[1]:.2f}"]
     assert [line.name for line in by_step["value"].data] == names

@@ -164,7 +164,8 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = Fa
 
 def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
     """The views of the whole run: acceptance map, accepted length (tree runs: tau), drafts changed
-    (window runs only) or the tree shapes (tree runs only), and the race against AR."""
+    (window runs only) or the tree shapes (tree runs only), the race against AR, and a continuous run's
+    contrast image (`contrast_picture`)."""
     trace, ar = runs["trace"], runs.get("ar")
     versus = viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else no_ar_figure(trace, dark, large)
     if trace.continuous:
@@ -178,6 +179,7 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
             ),
             versus,
             gr.update(value=None, visible=False),
+            contrast_picture(runs),
         )
     trees = metrics.has_trees(trace)
     length = (viz.tau_figure if trees else viz.accepted_length_figure)(trace, dark=dark, large=large)
@@ -189,7 +191,23 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
         gr.update(value=changed, visible=not trees, label="Drafts changed per iteration"),
         versus,
         gr.update(value=shapes, visible=trees),
+        gr.update(value=None, visible=False),
     )
+
+
+def contrast_picture(runs: dict) -> dict:
+    """The image of the run with pre-filling switched, beside the acceptance of both (hidden without one):
+    the contrast changes which drafts are accepted, and so the image, not what it is drawn from."""
+    contrast = runs.get("contrast")
+    decoder = decoder_for(contrast[0]) if contrast else None
+    if decoder is None:
+        return gr.update(value=None, visible=False)
+    second = contrast[0]
+    prefill = second.params.get("prefill")
+    label = f"{second.method}, pre-fill {prefill:.0%}: its image" if isinstance(prefill, float) else second.method
+    tokens = metrics.tokens_through(second, len(second.iterations) - 1)
+    image = picture(decoder, tokens, f"{label} (seed {second.seed})", second.geometry.order)
+    return gr.update(value=image, visible=True, label=label)
 
 
 def no_ar_figure(trace: Trace, dark: bool, large: bool) -> go.Figure:
@@ -303,6 +321,9 @@ def build() -> tuple[InspectTab, dict]:
             with gr.Column():
                 changed_plot = gr.Plot(label="Drafts changed per iteration")  # window methods; continuous: by step
                 contrast_button = gr.Button(visible=False, size="sm", elem_id="contrast-button")
+                contrast_image = gr.Image(
+                    visible=False, height=DISPLAY_SIZE // 2, format="png", buttons=[], elem_id="contrast-image"
+                )
         with gr.Row():  # two to a row: three leave a 1280 x 720 projector's plots too narrow for their titles
             depth_plot = gr.Plot(label="Draft-tree depth map", visible=False)  # trees; continuous: trajectories
             shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False)  # tree methods
@@ -313,7 +334,10 @@ def build() -> tuple[InspectTab, dict]:
     # rendered by the page outside the tab bar (`layout`): playback goes on while another tab is open
     timer = gr.Timer(PLAY_INTERVAL, active=False, render=False)
     loaded = gr.Number(0, visible="hidden", elem_id="runs-loaded", render=False)  # rendered: its change event fires
-    views = [window_plot, iteration_image, depth_plot, map_plot, length_plot, changed_plot, race_plot, shape_plot]
+    views = [
+        *(window_plot, iteration_image, depth_plot),  # the iteration's (`iteration_views`)
+        *(map_plot, length_plot, changed_plot, race_plot, shape_plot, contrast_image),  # the run's (`overview_figures`)
+    ]
     tab = InspectTab(iteration, loaded, timer, views, map_kind, contrast_button)
     buttons = {
         "play": play, "pause": pause, "speed": speed, "step_back": step_back, "step_on": step_on,
