@@ -196,8 +196,8 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
 
 
 def contrast_picture(runs: dict) -> dict:
-    """The image of the run with pre-filling switched, beside the acceptance of both (hidden without one):
-    the contrast changes which drafts are accepted, and so the image, not what it is drawn from."""
+    """The image of the run with pre-filling switched, under the acceptance of both (hidden without one):
+    switching it changes which tokens the draft proposes, and so the image the same seed gives."""
     contrast = runs.get("contrast")
     decoder = decoder_for(contrast[0]) if contrast else None
     if decoder is None:
