@@ -129,6 +129,8 @@ CONTINUOUS_LABELS = {
     "sources": "Where each token came from",
 }
 MAP_LABEL = "Acceptance map"
+# a plot whose label badge sits over its top-left corner: the layout's CSS keeps its title clear of it
+LABELLED = ["labelled-plot"]
 
 
 def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = False) -> tuple:
@@ -296,7 +298,7 @@ def build() -> tuple[InspectTab, dict]:
             }
         iteration_note = gr.Markdown(NOTHING_TO_INSPECT, elem_id="iteration-note")  # what this pass did
         with gr.Row(elem_id="inspect-views"):
-            window_plot = gr.Plot(label=ITERATION_LABELS[False], elem_id="inspect-window")
+            window_plot = gr.Plot(label=ITERATION_LABELS[False], elem_id="inspect-window", elem_classes=LABELLED)
             iteration_image = gr.Image(
                 label="Image at this iteration",
                 height=DISPLAY_SIZE,
@@ -314,19 +316,22 @@ def build() -> tuple[InspectTab, dict]:
             label=MAP_LABEL,
         )
         with gr.Row():
-            map_plot = gr.Plot(label=MAP_LABEL)
-            race_plot = gr.Plot(label="NFE and latency against AR")
+            map_plot = gr.Plot(label=MAP_LABEL, elem_classes=LABELLED)
+            race_plot = gr.Plot(label="NFE and latency against AR", elem_classes=LABELLED)
         with gr.Row():
-            length_plot = gr.Plot(label="Accepted length per iteration")
+            length_plot = gr.Plot(label="Accepted length per iteration", elem_classes=LABELLED)
             with gr.Column():
-                changed_plot = gr.Plot(label="Drafts changed per iteration")  # window methods; continuous: by step
+                # window methods; continuous: acceptance by step
+                changed_plot = gr.Plot(label="Drafts changed per iteration", elem_classes=LABELLED)
                 contrast_button = gr.Button(visible=False, size="sm", elem_id="contrast-button")
                 contrast_image = gr.Image(
                     visible=False, height=DISPLAY_SIZE // 2, format="png", buttons=[], elem_id="contrast-image"
                 )
         with gr.Row():  # two to a row: three leave a 1280 x 720 projector's plots too narrow for their titles
-            depth_plot = gr.Plot(label="Draft-tree depth map", visible=False)  # trees; continuous: trajectories
-            shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False)  # tree methods
+            # trees; continuous: trajectories
+            depth_plot = gr.Plot(label="Draft-tree depth map", visible=False, elem_classes=LABELLED)
+            # tree methods only
+            shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False, elem_classes=LABELLED)
         with gr.Accordion("How to read these views", open=False):
             gr.Markdown(READING_GUIDE, elem_id="reading-guide")
         with gr.Accordion("Glossary", open=False):

@@ -32,8 +32,10 @@ CSS = """
 .race-bar-value { font-variant-numeric: tabular-nums; }
 /* a picture's label badge sits over its top-left corner: keep the first row of tokens clear of it */
 .picture img { padding-top: calc(var(--block-label-text-size) * 2.4); box-sizing: border-box; }
-/* the same for Inspect's window or tree: its title clear of the badge (in large type the badge hid it) */
-#inspect-window .js-plotly-plot { margin-top: calc(var(--block-label-text-size) * 2.2); }
+/* the same for Inspect's plots: each title clear of its badge (in large type the badge hid it) */
+.labelled-plot .js-plotly-plot { margin-top: calc(var(--block-label-text-size) * 2.2); }
+/* the step and jump buttons keep their labels on one line (in large type they wrapped in two) */
+#inspect-steps button { white-space: nowrap; flex: none; }
 #projector { min-width: 10em; align-self: center; }
 /* Compare's table in large type: a size at which each header's longest word fits its column on 1280 px */
 body.specviz-large #compare-table { --input-text-size: 16px; }

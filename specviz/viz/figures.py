@@ -76,10 +76,14 @@ def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool, wi
 
 def _subplot_titles_as_text(fig: go.Figure) -> go.Figure:
     """Subplot titles (make_subplots gives them a fixed 16 px) in the figure's own text size, so large
-    type enlarges them too."""
+    type enlarges them too. They are raised half a line, as the top tick's label reaches half a line above
+    its axis and ran into its panel's title in large type, and the plots are lowered a line, which keeps them
+    clear of the figure's title too."""
     titles = {annotation.text for annotation in fig.layout.annotations if annotation.font.size == SUBPLOT_TITLE_SIZE}
+    size = fig.layout.font.size
     for text in titles:
-        fig.update_annotations(selector={"text": text}, font_size=fig.layout.font.size)
+        fig.update_annotations(selector={"text": text}, font_size=size, yshift=round(size / 2))
+    fig.update_layout(margin_t=fig.layout.margin.t + size)
     return fig
 
 
@@ -494,6 +498,8 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
         )  # fmt: skip
     # level labels; in large type none: three would run together, and the legend names each colour
     fig.update_xaxes(tickangle=0, showticklabels=not large)
+    # in large type no scale either: each bar carries its number, and a narrow bar's number ran into the ticks
+    fig.update_yaxes(showticklabels=not large, showgrid=not large)
     # the legend below the plots leaves both panels their width, so their titles stay apart
     fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0.5, "xanchor": "center"})
     for col, value in enumerate((passes, lambda t: t.seconds), start=1):
