@@ -42,6 +42,7 @@ OFFSET_TITLE = "offset in the window (0 = first draft)"  # not the grid's column
 # and the tabs above it, a 1280 x 720 screen holds it
 WIDE_HEIGHT = 430
 LONG_RUN = 60  # iterations beyond which a per-iteration bar chart draws its bars touching
+ORIGIN_STANDOFF = {False: 0, True: 6}  # px from a per-pass plot's y axis to its labels: in large type both "0" met
 WIDE_TITLE = 1.6  # a wide figure's title line, in half-width plots' lines: about 590 px on a 1280 px projector
 RATIO_TITLE = {False: "acceptance ratio min(1, p_new/p_old) per draft", True: "ratio min(1, p_new/p_old)"}
 MAP_TITLES = {
@@ -415,7 +416,7 @@ def accepted_length_figure(trace: Trace, dark: bool = False, large: bool = False
         legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
     )
     fig.update_xaxes(title="iteration")
-    fig.update_yaxes(title="tokens")
+    fig.update_yaxes(title="tokens", ticklabelstandoff=ORIGIN_STANDOFF[large])
     return _finish(fig, f"{trace.method}: {mean:.2f} tokens per iteration", 420, dark, large)
 
 
@@ -447,7 +448,7 @@ def changed_figure(trace: Trace, dark: bool = False, large: bool = False) -> go.
     )
     fig.update_layout(legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
     fig.update_xaxes(title="iteration")
-    fig.update_yaxes(title="drafts")
+    fig.update_yaxes(title="drafts", ticklabelstandoff=ORIGIN_STANDOFF[large])
     return _finish(fig, f"{trace.method}: {int(series['changed'].sum())} draft changes in all", 420, dark, large)
 
 
