@@ -4,11 +4,11 @@ else on a Space 0.0.0.0 and PORT)."""
 import os
 
 from specviz.threads import configure_threads
-from specviz.ui import CSS, MAX_UPLOAD_BYTES, build, server_address
+from specviz.ui import build, launch_options, server_address
 
 configure_threads()  # every core but one, or SPECVIZ_THREADS: a busy machine must not stall the runs
 demo = build()
 
 if __name__ == "__main__":
     host, port = server_address(dict(os.environ))
-    demo.launch(server_name=host, server_port=port, css=CSS, show_error=False, max_file_size=MAX_UPLOAD_BYTES)
+    demo.launch(server_name=host, server_port=port, **launch_options(demo))

@@ -52,21 +52,15 @@ def server():
     """The app, launched once in this process on a free port with app.py's style sheet, timing each run
     once after a race or a comparison (the default three cost the suite minutes; the tests of the timing
     rounds and their spread ask for two); yields its URL."""
-    from specviz.ui import CSS, MAX_UPLOAD_BYTES, build
+    from specviz.ui import build, launch_options
 
     os.environ["SPECVIZ_TIMINGS"] = "1"
 
     demo = build()
     demo.queue(default_concurrency_limit=1, max_size=32)
     port = _free_port()
-    demo.launch(
-        server_name="127.0.0.1",
-        server_port=port,
-        prevent_thread_lock=True,
-        quiet=True,
-        max_file_size=MAX_UPLOAD_BYTES,
-        css=CSS,  # as app.py serves it: the layouts under test are in the style sheet
-    )
+    # as app.py serves it: the layouts under test are in the style sheet, the guard in front of the routes
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options(demo))
     yield f"http://127.0.0.1:{port}/"
     demo.close()
 

@@ -23,6 +23,13 @@ DRAFTERS = ("training-free", "head")  # draft-tree drafters (specviz.decoding.dr
 MAX_TREE_DEPTH = 64
 MAX_TREE_TOKENS = 1000  # below the trace's bound on one iteration's records
 MAX_GRID_SIDE = 4096  # the trace's bound on a grid's rows and columns
+# What one pass's own tensors take, beyond the model's (`Parameters.pass_bytes`). Measured on `tiny` (V 1024, one
+# thread, peak RSS over two passes; docs/app.md "Limits"): EAGLE-2's candidate pool took 81-87 bytes a candidate
+# at 1.4M-5.8M candidates a pass (five columns, their concatenation and a sort); a row of probabilities over the
+# vocabulary is held in about eight copies of 4 bytes (logits, guidance, warpers, softmax, the verification's).
+CANDIDATE_BYTES = 88
+ROW_ENTRY_BYTES = 32
+NEIGHBOUR_BYTES = 8  # an entry of a codebook's neighbour table (int64), made once per model and count
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,39 @@ class Parameters:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        """The most memory one pass of these settings allocates beyond the model's own (its distributions,
+        draft tables, trees), in bytes, for a model of `vocab_size` image tokens and `seq_len` positions:
+        what a request's settings imply, checked against a ceiling before the run starts. AR's one row here."""
+        return rows_bytes(1, vocab_size)
+
+
+def rows_bytes(rows: int, vocab_size: int) -> int:
+    """Memory of `rows` distributions over the vocabulary as a pass holds them (ROW_ENTRY_BYTES an entry)."""
+    return rows * max(1, vocab_size) * ROW_ENTRY_BYTES
+
+
+def neighbour_bytes(rows: int, neighbours: int, vocab_size: int) -> int:
+    """A relaxed test's codebook neighbours: the table of every token's nearest `neighbours` (at most V - 1;
+    kept per model and count) and each tested row's gathered masses (4 + 8 + 1 bytes an entry)."""
+    count = min(neighbours, max(1, vocab_size - 1))
+    return vocab_size * count * NEIGHBOUR_BYTES + rows * count * 13
+
+
+def tree_bytes(depth: int, top_k: int, kept: int, widest: int, vocab_size: int) -> int:
+    """One EAGLE-2 tree's pass (`specviz.decoding.tree.grow`): the pool of candidates (each level's frontier,
+    at most top-k nodes, times its top-k children: depth x top-k^2 at most), the target's rows of the `kept`
+    nodes, their ancestor and sibling matrices, and the training-free drafter's tables of `widest` successors
+    per token and per (token, token above) pair (the larger of the two drafters' needs)."""
+    width = min(top_k, max(1, vocab_size))
+    candidates, frontier = 0, 1
+    for _ in range(depth):
+        candidates += frontier * width
+        frontier = min(top_k, frontier * width)
+    nodes = min(kept, candidates) + 1
+    drafter = (vocab_size + 1 + (1 << 14) + 1) * min(widest, max(1, vocab_size)) * 12
+    return candidates * CANDIDATE_BYTES + rows_bytes(nodes, vocab_size) + 3 * nodes * nodes * 4 + drafter
 
 
 @functools.cache
@@ -139,6 +179,9 @@ class WindowParameters(Parameters):
         low=0, high=1000,
     )  # fmt: skip
 
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        return rows_bytes(self.window + 1, vocab_size)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.reset_in_stall and self.init == "random":
@@ -168,6 +211,9 @@ class LanternParameters(WindowParameters):
     neighbours: int = _neighbours()
     delta: float = _delta()
 
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        return super().pass_bytes(vocab_size, seq_len) + neighbour_bytes(self.window, self.neighbours, vocab_size)
+
 
 @dataclass(frozen=True)
 class GsdParameters(WindowParameters):
@@ -187,6 +233,11 @@ class GsdParameters(WindowParameters):
         128, "GSD: a group member must be among the draft's k nearest codebook vectors", "GSD codebook neighbours k",
         low=1, high=1_000_000,
     )  # fmt: skip
+
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        ranked = rows_bytes(self.window, vocab_size) * 2  # the rows masked twice, for the ranks above and below
+        near = neighbour_bytes(self.window, self.neighbours, vocab_size)
+        return super().pass_bytes(vocab_size, seq_len) + ranked + near
 
 
 def _tree_depth(default: int) -> Any:
@@ -239,6 +290,10 @@ class TreeParameters(DraftedTreeParameters):
         low=1, high=MAX_TREE_TOKENS,
     )  # fmt: skip
 
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        depth = min(self.tree_depth, seq_len)
+        return tree_bytes(depth, self.tree_top_k, self.tree_tokens, self.tree_top_k, vocab_size)
+
 
 @dataclass(frozen=True)
 class PeanutParameters(TreeParameters):
@@ -272,6 +327,14 @@ class PeanutParameters(TreeParameters):
         low=2, high=MAX_TREE_TOKENS + 1,
     )  # fmt: skip
 
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        """The largest tree the controller may reach: the deepest at the widest top-k its bounds allow (a
+        depth-1 tree, whose width is bounded by its size, is smaller), with the drafter's widest tables."""
+        widest = max(self.top_k_max - 1, self.tree_tokens)
+        deepest = min(self.depth_max - 1, seq_len)
+        trees = [(deepest, self.top_k_max - 1), (1, self.tree_tokens)]
+        return max(tree_bytes(depth, top_k, self.tree_tokens, widest, vocab_size) for depth, top_k in trees)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.depth_min < self.tree_depth < self.depth_max:
@@ -291,6 +354,9 @@ class PeanutLanternParameters(PeanutParameters):
     neighbours: int = _neighbours()
     delta: float = _delta()
 
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        return super().pass_bytes(vocab_size, seq_len) + neighbour_bytes(self.tree_tokens, self.neighbours, vocab_size)
+
 
 @dataclass(frozen=True)
 class StaticTreeLanternParameters(DraftedTreeParameters):
@@ -299,6 +365,10 @@ class StaticTreeLanternParameters(DraftedTreeParameters):
 
     neighbours: int = _neighbours()
     delta: float = _delta()
+
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        static = 25  # mc_sim_7b_63's drafts on 5 levels (specviz.decoding.lantern_pp)
+        return tree_bytes(5, 10, static, 10, vocab_size) + neighbour_bytes(static, self.neighbours, vocab_size)
 
 
 @dataclass(frozen=True)
@@ -356,6 +426,10 @@ class SjdPacParameters(DraftTreeParameters):
         "Adaptive Continuation",
     )
 
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        paths = self.candidates**self.tree_positions  # every combination of the tree positions' candidates
+        return rows_bytes(self.window + 1 + paths * (self.tree_positions + 1), vocab_size)
+
 
 @dataclass(frozen=True)
 class ZiparParameters(Parameters):
@@ -366,3 +440,8 @@ class ZiparParameters(Parameters):
         8, "ZipAR's window s: a row starts once the row above has s tokens, then every row in flight gains one "
         "token per pass (s of at least the row's width is raster AR)", "Window size s", low=1, high=MAX_GRID_SIDE,
     )  # fmt: skip
+
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        # at most one token per row in flight, and at most every row: the side of a square grid of seq_len cells
+        # (every model's grid is square, a row-end slot or so aside)
+        return rows_bytes(math.isqrt(seq_len) + 1, vocab_size)

@@ -41,9 +41,10 @@ class Race:
         seed: int,
         sampling: SamplingSettings | None = None,
         params: Mapping[str, Any] | Parameters | None = None,
+        memory: tuple[int, str] | None = None,
     ):
-        self.contender = RunStream(model, method, prompt, seed, sampling, params)
-        self.baseline = RunStream(model, "ar", prompt, seed, sampling)
+        self.contender = RunStream(model, method, prompt, seed, sampling, params, memory)
+        self.baseline = RunStream(model, "ar", prompt, seed, sampling, memory=memory)
         self._finished = {self.contender: False, self.baseline: False}
 
     @property

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
+from specviz.decoding.budget import check_pass_memory, memory_ceiling
 from specviz.decoding.params import Parameters
 from specviz.decoding.registry import get_method
 from specviz.inputs import check_prompt, check_seed
@@ -18,6 +19,9 @@ from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
 
 class RunStream:
     """One generation advanced iteration by iteration, so a UI can show it (or race it) live.
+
+    `memory`: the ceiling one pass may allocate (`specviz.decoding.budget.memory_ceiling`; by default half
+    of this machine's), checked against the settings before the prefill.
 
     `elapsed` is this run's own compute time so far (prefill included), measured only while it
     advances, so two streams interleaved on one device each keep their own honest clock.
@@ -31,12 +35,16 @@ class RunStream:
         seed: int,
         sampling: SamplingSettings | None = None,
         params: Mapping[str, Any] | Parameters | None = None,
+        memory: tuple[int, str] | None = None,
     ):
         self.spec = get_method(method)
         self.model, self.method, self.seed = model, method, check_seed(seed)
         self.prompt = check_prompt(prompt)
         self.sampling = sampling or model.default_sampling
         self.params = self.spec.resolve(params)
+        geometry = model.geometry
+        ceiling = memory or memory_ceiling(device=model.device)  # before any work: a pass must fit
+        check_pass_memory(method, self.params, geometry.vocab_size, geometry.seq_len, ceiling)
         with torch.inference_mode():
             self.decoder = self.spec.open(model, self.prompt, seed, self.sampling, self.params)
         self.prefill_ms = self.decoder.prefill_ms
@@ -105,9 +113,14 @@ def run(
     seed: int,
     sampling: SamplingSettings | None = None,
     params: Mapping[str, Any] | Parameters | None = None,
+    memory: tuple[int, str] | None = None,
+    between_passes: Callable[[], None] | None = None,
 ) -> Trace:
-    """Generate one image with `method` and return its Trace; all randomness comes from `seed`."""
-    stream = RunStream(model, method, prompt, seed, sampling, params)
-    while stream.step() is not None:
-        pass
-    return stream.trace()
+    """Generate one image with `method` and return its Trace; all randomness comes from `seed`.
+    `between_passes` is called before every pass and may raise to stop the run (a request's time budget)."""
+    stream = RunStream(model, method, prompt, seed, sampling, params, memory)
+    while True:
+        if between_passes is not None:
+            between_passes()
+        if stream.step() is None:
+            return stream.trace()

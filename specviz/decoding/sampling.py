@@ -7,6 +7,7 @@ handful of tensor operations per model pass, never a Python loop over tokens.
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 
 import torch
 
@@ -89,18 +90,25 @@ def gumbel_argmax(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return (probs.log() + noise).argmax(-1)
 
 
-_NEIGHBOUR_TABLES: dict[tuple[int, int], tuple[weakref.ref, torch.Tensor]] = {}
+# the neighbour tables kept, most recently used last: every run of a model reuses its table, but a visitor who
+# tries many neighbour counts must not make the server keep a table for each (each V x count int64)
+_NEIGHBOUR_TABLES: OrderedDict[tuple[int, int], tuple[weakref.ref, torch.Tensor]] = OrderedDict()
+NEIGHBOUR_TABLES_KEPT = 4
 
 
 def neighbour_table(vectors: torch.Tensor, count: int) -> torch.Tensor:
-    """`nearest_tokens` computed once per codebook and count: a model's table is reused by every run,
-    and is not part of any run's decoding time."""
-    key = (id(vectors), count)
+    """`nearest_tokens` computed once per codebook and count (a count beyond the codebook is the whole
+    codebook): a model's table is reused by every run, and is not part of any run's decoding time. The
+    NEIGHBOUR_TABLES_KEPT most recently used tables are kept."""
+    key = (id(vectors), min(count, vectors.shape[0] - 1))
     cached = _NEIGHBOUR_TABLES.get(key)
     if cached is not None and cached[0]() is vectors:
+        _NEIGHBOUR_TABLES.move_to_end(key)
         return cached[1]
     table = nearest_tokens(vectors, count)
     _NEIGHBOUR_TABLES[key] = (weakref.ref(vectors), table)
+    while len(_NEIGHBOUR_TABLES) > NEIGHBOUR_TABLES_KEPT:
+        _NEIGHBOUR_TABLES.popitem(last=False)
     return table
 
 

@@ -7,7 +7,7 @@ down: models and decoding to run, specviz.viz to draw. Each browser session keep
 `gr.State`, so concurrent users never see each other's traces.
 """
 
-from specviz.ui.layout import CSS, build
+from specviz.ui.layout import CSS, build, launch_options
 from specviz.ui.service import MAX_UPLOAD_BYTES, server_address
 
-__all__ = ["CSS", "MAX_UPLOAD_BYTES", "build", "server_address"]
+__all__ = ["CSS", "MAX_UPLOAD_BYTES", "build", "launch_options", "server_address"]

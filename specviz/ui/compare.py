@@ -3,6 +3,7 @@ a model pass costs on this device, which decides whether fewer passes are faster
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -18,12 +19,15 @@ from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import Trace
 from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
 from specviz.ui.service import (
+    OUT_OF_TIME,
     VIEWER_WORK,
+    Deadline,
     each_on_compute_thread,
     get_model,
     gpu_seconds,
     gpu_work,
     on_compute_thread,
+    request_memory,
     user_errors,
 )
 
@@ -150,18 +154,30 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State) -> tuple[Dependenc
         def progress(note: str) -> str:
             return f"*Comparing AR and {', '.join(selected)}: {note}...*"
 
+        deadline = Deadline()  # every run and timing round of the comparison within one request's budget
+        limits = {"memory": request_memory(chosen), "between_passes": deadline.check}
+
+        def one(name: str, params: dict | None = None) -> Trace:
+            return on_compute_thread(
+                functools.partial(run, **limits), chosen, name, request.prompt, request.seed, request.sampling, params
+            )
+
         yield {"table": [], "plot": None, "note": progress(f"0 of {total} runs done"), "comparing": True}
-        ar = on_compute_thread(run, chosen, "ar", request.prompt, request.seed, request.sampling)
+        ar = one("ar")
         traces: list[Trace] = []
         for name in selected:
-            params = request.params(name)
-            traces.append(on_compute_thread(run, chosen, name, request.prompt, request.seed, request.sampling, params))
+            traces.append(one(name, request.params(name)))
             yield {"table": compare_rows(ar, traces)[0], "note": progress(f"{len(traces) + 1} of {total} runs done")}
         abandoned = ""
         if needs_retiming(chosen):
             wanted = timings_wanted()
             rounds = retimed(chosen, [ar, *traces], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
             for timed in each_on_compute_thread(rounds):
+                if not deadline.wanted():  # the visitor left: nobody reads the clocks
+                    return
+                if deadline.left < 0:  # the request's time is up: the clocks of the rounds done stand
+                    abandoned = OUT_OF_TIME
+                    break
                 if timed is None:  # a pass done: Inspect's pictures may take the compute thread now
                     continue
                 ar, *traces = timed.traces

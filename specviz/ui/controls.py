@@ -13,15 +13,16 @@ from dataclasses import dataclass
 import gradio as gr
 
 from specviz.decoding import METHODS, get_method
+from specviz.decoding.budget import check_pass_memory
 from specviz.decoding.params import all_fields
-from specviz.inputs import MAX_PROMPT_CHARS, check_prompt, check_seed
+from specviz.inputs import MAX_PROMPT_CHARS, brief, check_prompt, check_seed
 from specviz.models.protocol import ImageModel
 from specviz.models.registry import MODELS, get_entry
-from specviz.models.settings import SamplingSettings
+from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.text import nearest_known
 from specviz.presets import PRESET_BY_KEY
 from specviz.trace import Trace
-from specviz.ui.service import default_model, offered_models, on_compute_thread, user_errors
+from specviz.ui.service import default_model, offered_models, on_compute_thread, request_memory, user_errors
 
 DEFAULT_METHOD = "sjd"  # what Run races first on a discrete model
 COMPARED = ("sjd", "scd-mc", "scd-gs")  # Compare's first selection on a discrete model
@@ -255,13 +256,20 @@ class RunRequest:
         return {name: self.controls[name] for name in own_parameters(method or self.method)}
 
     def check(self, model: ImageModel, methods: list[str] | None = None) -> None:
-        """Refuse what the runs would refuse (the prompt, each method's parameters and kind of tokens)
-        before any work starts, and before a GPU slot is taken for it."""
+        """Refuse what the runs would refuse (the prompt, each method's parameters and kind of tokens, the
+        memory its passes need against a request's share) before any work starts, and before a GPU slot is
+        taken for it; a method named twice (Compare) too: it would only hold the queue longer."""
         check_prompt(self.prompt)
-        for name in methods or [self.method]:
+        names = methods or [self.method]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise SettingsError(f"{brief(repeated[0])} is chosen more than once; compare each method once")
+        geometry = model.geometry
+        for name in names:
             spec = get_method(name)
-            spec.resolve(self.params(name))
+            params = spec.resolve(self.params(name))
             spec.runs_on(model)
+            check_pass_memory(name, params, geometry.vocab_size, geometry.seq_len, request_memory(model))
 
 
 @dataclass

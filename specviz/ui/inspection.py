@@ -3,6 +3,7 @@ continuous drafts), the image so far, and the views of the whole run; jumps to w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,12 +20,14 @@ from specviz.ui.controls import Controls
 from specviz.ui.service import (
     DISPLAY_SIZE,
     VIEWER_WORK,
+    Deadline,
     decoder_for,
     get_model,
     gpu_seconds,
     gpu_work,
     on_compute_thread,
     picture,
+    request_memory,
     user_errors,
 )
 
@@ -250,7 +253,10 @@ def with_contrast(runs: dict) -> dict:
         raise SettingsError("only a continuous run with a pre-filling setting (cspd, cspd-exact) has a contrast")
     model = get_model(trace.model)
     sampling = SamplingSettings(**trace.sampling.model_dump())
-    second = on_compute_thread(run, model, trace.method, trace.prompt, trace.seed, sampling, params)
+    limits = {"memory": request_memory(model), "between_passes": Deadline().check}
+    second = on_compute_thread(
+        functools.partial(run, **limits), model, trace.method, trace.prompt, trace.seed, sampling, params
+    )
     return {**runs, "contrast": [second]}
 
 

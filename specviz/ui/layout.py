@@ -6,13 +6,23 @@ from __future__ import annotations
 import functools
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from specviz import viz
 from specviz.decoding.race import timings_wanted
 from specviz.models.registry import get_entry
 from specviz.presets import PRESET_BY_KEY, PRESETS
 from specviz.ui import activity, compare, controls, inspection, race, replay
-from specviz.ui.service import CheckedBlocks, default_model, load_at_startup, offered_models, on_compute_thread
+from specviz.ui.guard import RequestGuard
+from specviz.ui.service import (
+    MAX_REQUEST_FILES,
+    MAX_UPLOAD_BYTES,
+    CheckedBlocks,
+    default_model,
+    load_at_startup,
+    offered_models,
+    on_compute_thread,
+)
 
 CSS = """
 :root body.specviz-large {
@@ -182,3 +192,19 @@ def build() -> gr.Blocks:
     # the queue are closed even where Gradio opens them (off a Space)
     demo.queue(default_concurrency_limit=1, max_size=32, api_open=False)
     return demo
+
+
+def launch_options(demo: gr.Blocks) -> dict:
+    """What `demo.launch` takes besides the address, as app.py and the tests launch it: the style sheet, errors
+    without stack traces, the upload limit, no public monitoring dashboard (Gradio's printed its key into the
+    log to anyone who asked), and `RequestGuard` in front of Gradio's routes."""
+    guard = Middleware(
+        RequestGuard, endpoints=lambda: len(demo.fns), files=MAX_REQUEST_FILES, upload_bytes=MAX_UPLOAD_BYTES
+    )
+    return {
+        "css": CSS,
+        "show_error": False,
+        "max_file_size": MAX_UPLOAD_BYTES,
+        "enable_monitoring": False,
+        "app_kwargs": {"middleware": [guard]},
+    }

@@ -23,7 +23,9 @@ from specviz.ui.controls import Controls, RunRequest
 from specviz.ui.service import (
     DISPLAY_SIZE,
     LOADS,
+    OUT_OF_TIME,
     VIEWER_WORK,
+    Deadline,
     decoder_for,
     each_on_compute_thread,
     get_model,
@@ -32,6 +34,7 @@ from specviz.ui.service import (
     on_compute_thread,
     opened_at,
     picture,
+    request_memory,
     show,
     user_errors,
 )
@@ -40,6 +43,7 @@ from specviz.ui.service import (
 # 1.7-2.1x the two runs' compute on 2 cores at 0.1 s, 1.32-1.74x at 0.2 s, 1.36-1.48x at 0.25 s
 FRAME_INTERVAL = 0.25
 SLOW_MOTION_PAUSE = 0.6  # seconds each pass of the method stays on screen in slow motion
+PLAY_AGAIN_SECONDS = 120  # the longest a playback of a trace may last (a long one is played faster)
 # the choices say it all: the radio sits without its label above the pictures
 SPEEDS = [("race live", "live"), ("slow motion: a pause on every pass (the clocks count compute only)", "slow")]
 
@@ -277,6 +281,11 @@ def play_frames(runs: dict, slow: bool, animate: bool = True) -> Iterator[dict[s
     clocks = {name: metrics.clock_through(run) for name, run in sides.items()}
     at = dict.fromkeys(sides, -1)  # the iteration each side shows
     total = len(trace.geometry.layout)
+    # an uploaded trace's clocks and length are its author's: a playback lasts PLAY_AGAIN_SECONDS at most, faster
+    # than recorded where they would make it longer, so no trace holds the Play again button for hours
+    recorded = sum(float(clock[-1]) for clock in clocks.values() if len(clock))
+    pace = min(1.0, PLAY_AGAIN_SECONDS / recorded) if recorded > 0 else 1.0
+    pause = min(SLOW_MOTION_PAUSE, PLAY_AGAIN_SECONDS / max(1, len(trace.iterations)))
 
     def now_of(name: str) -> float:
         return float(clocks[name][at[name]]) if at[name] >= 0 else 0.0
@@ -311,14 +320,14 @@ def play_frames(runs: dict, slow: bool, animate: bool = True) -> Iterator[dict[s
         at[name] += 1
         paced = slow and name == "method"
         if not slow:  # the recorded race's pace: both clocks, one device
-            time.sleep(max(0.0, started + sum(map(now_of, sides)) - time.perf_counter()))
+            time.sleep(max(0.0, started + pace * sum(map(now_of, sides)) - time.perf_counter()))
         if paced or (not slow and time.perf_counter() - last > FRAME_INTERVAL):
             last = time.perf_counter()
             frame = {key: value for n in sides if sent[n] != at[n] for key, value in view(n).items()}
             sent = dict(at)
             yield {**frame, "bars": bars_now()}
             if paced:
-                time.sleep(SLOW_MOTION_PAUSE)
+                time.sleep(pause)
     at = {name: len(run.iterations) - 1 for name, run in sides.items()}
     final = {key: value for name in sides for key, value in view(name).items()}
     if model is not None:
@@ -355,8 +364,16 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         """The race as frames of output values keyed by name (plain values: inside a GPU call they cross
         processes); Inspect opens on the runs at `opening_iteration(trace, opens_on)`."""
         chosen = get_model(request.model)
+        deadline = Deadline()  # the queue is held from here: the prefill, the race, its pauses and its timing
         contest = on_compute_thread(
-            Race, chosen, request.method, request.prompt, request.seed, request.sampling, request.params()
+            Race,
+            chosen,
+            request.method,
+            request.prompt,
+            request.seed,
+            request.sampling,
+            request.params(),
+            request_memory(chosen),
         )
         shown: dict[RunStream, int] = {}
         # the previous run's images, counters, summary and downloads go at once: they describe another run
@@ -400,7 +417,10 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
             return {**moved, "bars": live_bars()} if moved else {}
 
         last = 0.0
-        while (advanced := on_compute_thread(contest.step)) is not None:
+        while True:
+            deadline.check()  # between passes: a request past its budget, or whose visitor left, stops
+            if (advanced := on_compute_thread(contest.step)) is None:
+                break
             paced = slow and advanced is contest.contender  # slow motion: every pass of the method, for a while
             if paced or (not slow and time.perf_counter() - last > FRAME_INTERVAL):
                 last = time.perf_counter()
@@ -433,6 +453,11 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         # the repeats give way to Inspect after every pass, and a round it drew during is timed again
         rounds = retimed(chosen, [trace, ar], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
         for timed in each_on_compute_thread(rounds):
+            if not deadline.wanted():  # the visitor left: nobody reads the clocks
+                return
+            if deadline.left < 0:  # the request's time is up: the clocks of the rounds done stand
+                note += OUT_OF_TIME
+                break
             if timed is None:  # a pass done: Inspect's pictures may take the compute thread now
                 continue
             if timed.abandoned:  # a repeat drew other tokens: its clock would time another computation

@@ -117,6 +117,8 @@ def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slide
         if not paths:
             return (gr.update(),) * len(outputs)
         try:
+            if len(paths) > 2:  # counted before any is read (CheckedBlocks refuses more already)
+                raise TraceError(f"upload one trace, or a trace and its ar-trace.json; got {len(paths)} files")
             state = replayed([Trace.load(path) for path in paths])
         except TraceError as error:  # said on the status line; the run on screen and the controls stay
             log.warning("refused upload: %s", error)

@@ -6,6 +6,7 @@ without stack traces, decoded pictures, export folders, and where to serve."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
 import itertools
@@ -25,6 +26,7 @@ import torch
 from PIL import Image
 
 from specviz import metrics
+from specviz.decoding.budget import memory_ceiling
 from specviz.decoding.registry import METHODS
 from specviz.errors import USER_ERRORS
 from specviz.inputs import InputError, brief
@@ -53,6 +55,14 @@ try:  # ZeroGPU (Hugging Face Spaces): a GPU exists only inside functions decora
     spaces.disable_gradio_auto_wrap()
 except ImportError:
     spaces = None
+# A request's budget, decided before its work and held to while it runs (docs/app.md, "Limits"): one pass may
+# allocate an eighth of this machine's memory (SPECVIZ_RUN_MEMORY_MB fixes it), a request may hold the compute
+# queue this many seconds (SPECVIZ_REQUEST_SECONDS), and a call may reference this many uploaded files.
+REQUEST_MEMORY_SHARE = 0.125
+REQUEST_SECONDS_ENV_VAR = "SPECVIZ_REQUEST_SECONDS"
+SPACE_REQUEST_SECONDS = 180  # a public Space: the longest slow-motion preset race takes about 60 s on 2 cores
+LOCAL_REQUEST_SECONDS = 1800  # one's own machine: a 7B model's race with its timing rounds fits
+MAX_REQUEST_FILES = 2  # a trace and the AR run it raced
 GPU_PASS_SECONDS = 0.1  # a generous bound on one pass of the largest registered models (8B, bf16, guidance)
 GPU_START_SECONDS = 10  # a GPU call's own overhead: prefill, pictures, handing results back
 
@@ -255,6 +265,72 @@ def gpu_work(model: Callable[..., str], duration: Callable[..., int]) -> Callabl
     return decorate
 
 
+OUT_OF_TIME = " Timing again stopped at the request's time budget: the clocks are those of the rounds done."
+
+
+class OverBudget(InputError):
+    """A request that reached its time budget, or whose visitor left: its work stops so the queue moves on."""
+
+
+def request_seconds() -> float:
+    """How long one request may hold the compute queue: SPECVIZ_REQUEST_SECONDS, else 180 s on a Space, 1800 s
+    on one's own machine."""
+    named = os.environ.get(REQUEST_SECONDS_ENV_VAR)
+    if named is None:
+        return SPACE_REQUEST_SECONDS if os.environ.get("SPACE_ID") else LOCAL_REQUEST_SECONDS
+    if not (named.isascii() and named.isdigit()) or int(named) < 1:
+        raise InputError(f"{REQUEST_SECONDS_ENV_VAR} must be a whole number of seconds, got {brief(named)}")
+    return float(named)
+
+
+def request_memory(model: ImageModel) -> tuple[int, str]:
+    """The memory one pass of a visitor's run may allocate (`memory_ceiling` at REQUEST_MEMORY_SHARE)."""
+    return memory_ceiling(REQUEST_MEMORY_SHARE, model.device)
+
+
+# the queue's event a handler runs for (set by CheckedBlocks.process_api; the handler's thread inherits it)
+_EVENT_ID: contextvars.ContextVar[tuple[gr.Blocks, str] | None] = contextvars.ContextVar("event", default=None)
+
+
+class Deadline:
+    """A request's hold on the compute queue: `check`, called between passes, raises OverBudget once the
+    request has run `seconds` (its slow-motion pauses included: they hold the queue too), or once its visitor
+    is gone: the page closed (Gradio marks the session's running event dead) or Stop cancelled it (the event
+    leaves the running jobs). Without a queued event (a direct call, a ZeroGPU worker process) only the
+    clock counts."""
+
+    def __init__(self, seconds: float | None = None):
+        self.seconds = request_seconds() if seconds is None else seconds
+        self.end = time.perf_counter() + self.seconds
+        self._blocks, self._event = None, None
+        current = _EVENT_ID.get()
+        if current is not None:
+            self._blocks, event_id = current
+            self._event = next((e for e in self._running() if e._id == event_id), None)
+
+    def _running(self) -> list:
+        queue = getattr(self._blocks, "_queue", None)
+        return [event for job in getattr(queue, "active_jobs", None) or [] if job for event in job]
+
+    @property
+    def left(self) -> float:
+        return self.end - time.perf_counter()
+
+    def wanted(self) -> bool:
+        """Whether the visitor still waits for this request (always, where no queued event is known)."""
+        return self._event is None or (self._event.alive and self._event in self._running())
+
+    def check(self) -> None:
+        if not self.wanted():
+            raise OverBudget("the page that asked for this run closed or stopped it; its work stopped")
+        if self.left < 0:
+            raise OverBudget(
+                f"this request reached its budget of {self.seconds:.0f} s on the compute queue, so it stopped to let "
+                f"other visitors' runs start ({REQUEST_SECONDS_ENV_VAR} sets the budget): choose a smaller model, "
+                "fewer methods, a live race instead of slow motion, or smaller settings"
+            )
+
+
 def user_errors(fn: Callable) -> Callable:
     """Show known problems as a message in the UI, and unknown ones without a stack trace."""
 
@@ -300,10 +376,25 @@ class CheckedBlocks(gr.Blocks):
     message that quotes the whole value (a 10 MB prompt, 1,915 choices), and lets others through to the
     handler (NaN, a list for a number, a decimal where it would round)."""
 
+    async def process_api(self, block_fn, inputs, state=None, request=None, iterator=None, session_hash=None,
+                          event_id=None, *args, **kwargs):  # fmt: skip
+        """Gradio's, with the queue's event made known to the handler's thread (`Deadline`), and an endpoint
+        number that names no endpoint refused in one line (Gradio's own IndexError logged a stack trace)."""
+        if isinstance(block_fn, int) and not 0 <= block_fn < len(self.fns):
+            raise refusal("the app", f"it has no endpoint {block_fn}")
+        _EVENT_ID.set((self, event_id) if event_id else None)
+        return await super().process_api(block_fn, inputs, state, request, iterator, session_hash, event_id,
+                                         *args, **kwargs)  # fmt: skip
+
     async def preprocess_data(self, block_fn, inputs: list, state, explicit_call: bool = False) -> list:
         where = block_fn.api_name or block_fn.name
         if len(inputs) != len(block_fn.inputs):
             raise refusal(where, f"takes {len(block_fn.inputs)} values, got {len(inputs)}")
+        for component, payload in zip(block_fn.inputs, inputs, strict=True):
+            if isinstance(component, gr.File):  # counted before Gradio or the handler reads a byte of them
+                problem = files_problem(payload)
+                if problem is not None:
+                    raise refusal(_label(component, where), problem)
         for component, payload in zip(block_fn.inputs, inputs, strict=True):
             if component.stateful:  # the server's own value is used, whatever a client sends
                 continue
@@ -329,6 +420,25 @@ def refusal(where: str, problem: str) -> gr.Error:
     """One line in the log and one message to the client, no stack trace."""
     log.warning("refused input to %s: %s", where, problem)
     return gr.Error(f"{where}: {problem}", print_exception=False)
+
+
+def files_problem(payload: object) -> str | None:
+    """What is wrong with the number or total size of the files a call references: at most MAX_REQUEST_FILES,
+    together at most MAX_REQUEST_FILES x MAX_UPLOAD_BYTES (each upload is bounded by Gradio already; a call that
+    names one upload many times is not)."""
+    listed = payload if isinstance(payload, list) else [payload] if payload else []
+    if len(listed) > MAX_REQUEST_FILES:
+        return f"{len(listed):,} files; a call takes {MAX_REQUEST_FILES} at most (a trace and its AR run)"
+    paths = [item.get("path") for item in listed if isinstance(item, dict)]
+    if len({path for path in paths if isinstance(path, str)}) < len(paths):
+        return "the same file is named twice"
+    total = 0
+    for path in paths:
+        with contextlib.suppress(OSError, TypeError, ValueError):
+            total += os.stat(path).st_size if isinstance(path, str) and os.path.isfile(path) else 0
+    if total > MAX_REQUEST_FILES * MAX_UPLOAD_BYTES:
+        return f"{total:,} bytes of files; a call takes {MAX_REQUEST_FILES * MAX_UPLOAD_BYTES:,} at most"
+    return None
 
 
 CHOICES = (gr.Dropdown, gr.Radio, gr.CheckboxGroup)
@@ -392,7 +502,11 @@ def _choice_problem(component: gr.Dropdown | gr.Radio | gr.CheckboxGroup, payloa
     if several != isinstance(payload, list):
         return f"{'a list of' if several else 'one of'} its choices is needed, got {brief(payload)}"
     wrong = [value for value in (payload if several else [payload]) if value not in choices]
-    return f"{brief(wrong[0])} is not one of {listed}" if wrong else None
+    if wrong:
+        return f"{brief(wrong[0])} is not one of {listed}"
+    if several and len(payload) > len(choices):  # a choice named more than once: Compare would run it again
+        return f"{len(payload):,} choices; it has {len(choices):,}"
+    return None
 
 
 def allowed_range(component: gr.components.Component) -> str:
