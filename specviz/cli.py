@@ -24,6 +24,7 @@ from specviz.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN
 from specviz.inputs import (
     brief,
     check_device,
+    check_file_inside,
     check_output_file,
     check_output_folder,
     check_prompt,
@@ -53,9 +54,14 @@ RACE_REPEATS = 3  # as the app times a race (specviz.decoding.race.TIMINGS; a te
 MAX_RACE_REPEATS = 20
 LOSSLESS_SAMPLES = 20_000  # discrete tokens: a chi-square test on an enumerable toy
 DEFAULT_TOY = "short"
-MAX_LOSSLESS_SAMPLES = 10_000_000
+# measured on the 2-core machine with one torch thread: 1,600 samples/s (AR on the short toy) down to 140-250
+# (every method on the llama toy), so this many take from 2 to about 20 minutes
+MAX_LOSSLESS_SAMPLES = 200_000
 CONTINUOUS_SAMPLES = 2_000  # continuous tokens: enough for the energy test to find cspd's deviation
-MAX_CONTINUOUS_SAMPLES = 20_000  # each sample is a whole run of the method's loop: the count bounds the time
+# each sample is a whole run of the method's loop (320 samples/s for cspd-exact, 430 for cspd, 1,300 for
+# ar-draft), and the energy test's permutations grow with the square of the count (38 s at 8,000 a side):
+# 20,000 take about 5 minutes
+MAX_CONTINUOUS_SAMPLES = 20_000
 MAX_SWEEP_SETTINGS = 64  # (gamma, pre-fill) pairs of one bench-cspd: each runs every prompt and seed twice
 DEVIATION_POSITIONS = (3, 128, 250)  # a background cell of the first row, the middle, the last row
 MAX_NUMBER_CHARS = 100  # longer number arguments are refused before they are parsed
@@ -327,20 +333,32 @@ def command_pass_cost(args: argparse.Namespace) -> int:
 
 def _bench_to_folder(args: argparse.Namespace, methods: list[str], chosen: list, launch) -> int:
     """`bench --out DIR`: this rank's share of the jobs, each written as it ends (specviz.sharded)."""
-    from specviz.sharded import Folder, gather_summaries, join_group, rank_device, run_share, units
+    from specviz.sharded import (
+        Folder,
+        check_rendezvous,
+        gather_summaries,
+        join_group,
+        rank_device,
+        run_share,
+        units,
+    )
 
     out = check_output_folder(args.out, ("run.json",))
+    check_rendezvous(launch, os.environ)
     device = rank_device(args.device, launch)
     check_device(device)
     params = {name: _method_params(args, name) for name in methods}
     folder = Folder(out)
+    ordered = ["ar", *[m for m in methods if m != "ar"]]
+    all_units = units(chosen, list(range(args.seeds)), methods)
+    folder.check(ordered, [job for unit in all_units[launch.rank :: launch.world] for job in unit])  # before any work
     configure_threads(processes=launch.local_world)
     model = load_model(args.model, args.weights, device, args.draft, fast_path=args.fast_path)
     sampling = _sampling(args, model.default_sampling)
     settings = {
         "model": args.model,
         "weights": args.weights,
-        "methods": ["ar", *[m for m in methods if m != "ar"]],
+        "methods": ordered,
         "params": {name: value for name, value in params.items() if value},
         "prompts": {"name": args.prompts or "examples", "category": args.category, "limit": args.limit,
                     "count": len(chosen)},
@@ -349,7 +367,7 @@ def _bench_to_folder(args: argparse.Namespace, methods: list[str], chosen: list,
     }  # fmt: skip
     folder.claim_settings(settings)
     grouped = join_group(launch, device)
-    summary = run_share(model, units(chosen, settings["seeds"], methods), launch, sampling, params, folder)
+    summary = run_share(model, all_units, launch, sampling, params, folder)
     summaries = gather_summaries(summary, grouped)
     print(summary.line(), flush=True)
     if launch.rank == 0:
@@ -362,20 +380,31 @@ def _bench_to_folder(args: argparse.Namespace, methods: list[str], chosen: list,
 
 
 def command_bench_report(args: argparse.Namespace) -> int:
-    from specviz.viz.publication import parse_formats
+    """The folder is untrusted input: every file is read bounded and checked, and the report is written inside it,
+    never through a link (specviz.bench_report, specviz.inputs)."""
+    from specviz.viz.publication import FigureOptionError, parse_formats
 
-    formats = parse_formats(args.format)
+    try:
+        formats = parse_formats(args.format)
+    except FigureOptionError as error:
+        raise UsageError(f"--format: {error}") from None
     root = Path(args.folder)
     if not root.is_dir():
         raise UsageError(f"{shown_path(root)} is not a folder")
-    check_output_folder(root / "report", ("report.md",))
+    check_output_folder(root)
+    from specviz.bench_report import bench_report, report_files
+
+    for name in report_files(formats):  # before any work: no link where a folder belongs, no folder at a file's name
+        check_file_inside(root, name)
     clip = None if args.clip is None else Path(args.clip)
     if clip is not None and not clip.is_dir():
         raise UsageError(f"--clip takes a folder holding a CLIP model; {shown_path(clip)} is not a folder")
-    from specviz.bench_report import bench_report
+    if clip is not None:
+        from specviz.quality import check_clip_folder
 
-    page, written = bench_report(root, formats, clip)
-    print(page.read_text())
+        check_clip_folder(clip)
+    page, written, text = bench_report(root, formats, clip)
+    print(text)
     print(f"wrote {shown_path(page)}, report.json and {len(written)} figure files in {shown_path(page.parent)}")
     return 0
 
@@ -410,7 +439,8 @@ def command_prompt_vectors(args: argparse.Namespace) -> int:
 
     prompts = [check_prompt(prompt.text) for prompt in load_prompt_set(args.prompts, args.limit)]
     prompts += [check_prompt(prompt) for prompt in args.prompt or ()]
-    write_prompt_vectors(prompts, out)
+    with output_folder(out.parent):  # missing folders created, as for every --out; removed if the writing fails
+        write_prompt_vectors(prompts, out)
     print(f"wrote the vectors of {len(set(prompts))} prompts to {shown_path(out)}; read them with "
           f"SPECVIZ_PROMPT_VECTORS={shown_path(out)} where the text encoder is not installed")  # fmt: skip
     return 0
@@ -466,8 +496,17 @@ def command_bench(args: argparse.Namespace) -> int:
     )
     print(report.markdown())
     if json_path is not None:
-        json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        _write_json(json_path, report.to_dict())
     return 0
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """The results as `--json` asks (its path checked before the run); the folder made where it is missing."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    except OSError as error:  # checked before the run; something changed it since
+        raise UsageError(f"cannot write {shown_path(path)}: {error.strerror or error}") from None
 
 
 def command_bench_cspd(args: argparse.Namespace) -> int:
@@ -505,7 +544,7 @@ def command_bench_cspd(args: argparse.Namespace) -> int:
             for position in DEVIATION_POSITIONS:
                 print(token_check(model, method, prompts[0], position, args.deviation).summary())
     if json_path is not None:
-        json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        _write_json(json_path, report.to_dict())
     return 0
 
 
@@ -518,7 +557,8 @@ def command_check_lossless(args: argparse.Namespace) -> int:
     samples = LOSSLESS_SAMPLES if args.samples is None else args.samples
     if not (1 if args.greedy else 100) <= samples <= MAX_LOSSLESS_SAMPLES:
         raise UsageError(
-            f"--samples must be from 100 ({LOSSLESS_SAMPLES} or more for a meaningful test) to {MAX_LOSSLESS_SAMPLES}"
+            f"--samples must be from 100 ({LOSSLESS_SAMPLES} or more for a meaningful test) to {MAX_LOSSLESS_SAMPLES} "
+            "(about 20 minutes on the slowest toy)"
         )
 
     from specviz.lossless import check_lossless
@@ -540,7 +580,7 @@ def _check_continuous(args: argparse.Namespace) -> int:
     if not 100 <= samples <= MAX_CONTINUOUS_SAMPLES:
         raise UsageError(
             f"--samples must be from 100 ({CONTINUOUS_SAMPLES} or more for a meaningful test) to "
-            f"{MAX_CONTINUOUS_SAMPLES} for continuous tokens"
+            f"{MAX_CONTINUOUS_SAMPLES} for continuous tokens (about 5 minutes)"
         )
 
     from specviz.continuous_lossless import check_continuous
@@ -565,13 +605,46 @@ def _load_trace(path: str) -> Trace:
         raise UsageError(message if path in message else f"{shown_path(path)}: {message}") from None
 
 
-def _image_decoder(traces: list[Trace]) -> Callable[[Trace, list[int]], Image.Image]:
-    """Decodes a trace's tokens with the trace's own model; the models load now, before any drawing."""
+def _undecodable(trace: Trace, model: ImageModel) -> str | None:
+    """Why `model` cannot decode the trace's tokens, or None where it can: the checks of the app's replay
+    (specviz.ui.service.decoder_for), which shows no image for such a trace. The model's grid, vocabulary
+    and layout must be the trace's, and its kind of order: a raster model's trace that claims a generation
+    order is decoded only where its method decides positions in its own order, and then in that order."""
+    from specviz.decoding.registry import METHODS
+
+    entry = get_entry(trace.model)
+    method = METHODS.get(trace.method)
+    reorders = method is not None and method.reorder is not None and not entry.random_order
+    m = model.geometry
+    if reorders:
+        m = method.reorder(m, method.resolve(trace.params))
+    g = trace.geometry
+    if (g.rows, g.cols) != (m.rows, m.cols):
+        return f"its grid is {g.rows}x{g.cols} and model {trace.model}'s {m.rows}x{m.cols}"
+    if g.vocab_size != m.vocab_size:
+        return f"its vocabulary has {g.vocab_size} tokens and model {trace.model}'s {m.vocab_size}"
+    if tuple(g.layout) != tuple(m.layout):
+        return f"its layout of {len(g.layout)} positions is not model {trace.model}'s ({len(m.layout)} positions)"
+    if (g.order is not None) != (entry.random_order or reorders) or (reorders and tuple(g.order) != m.order):
+        return f"its generation order is not one model {trace.model} decides in with {trace.method}"
+    return None
+
+
+def _image_decoder(traces: list[tuple[str, Trace]]) -> Callable[[Trace, list[int]], Image.Image]:
+    """Decodes a trace's tokens with the trace's own model; the models load now, and each trace is checked
+    against its model (as the app checks one before it shows images), before any drawing."""
     from specviz.models.protocol import decode_in_order
 
     configure_threads()
-    names = dict.fromkeys(trace.model for trace in traces)  # a pair's draft is not needed to draw
+    names = dict.fromkeys(trace.model for _, trace in traces)  # a pair's draft is not needed to draw
     models = {name: load_model(name, None, "cpu", "none" if get_entry(name).drafts else None) for name in names}
+    for path, trace in traces:
+        reason = _undecodable(trace, models[trace.model])
+        if reason is not None:
+            raise UsageError(
+                f"{shown_path(path)}: --image cannot decode this trace: {reason}; leave out --image to draw "
+                "its figures without the image"
+            )
     return lambda trace, tokens: decode_in_order(models[trace.model], tokens, trace.geometry.order)
 
 
@@ -585,7 +658,7 @@ def command_figures(args: argparse.Namespace) -> int:
     except FigureOptionError as error:
         raise UsageError(str(error)) from None
     out = check_output_folder(args.out)
-    decode = _image_decoder([trace for _, trace in traces]) if args.image else None
+    decode = _image_decoder(traces) if args.image else None
     try:
         with output_folder(out):
             made = write_figures(traces, out, formats, args.style, args.width_in, args.iteration, decode)
@@ -775,8 +848,8 @@ def build_parser() -> argparse.ArgumentParser:
     check_parser.add_argument(
         "--samples",
         type=integer,
-        help=f"sampled images (default {LOSSLESS_SAMPLES}; {CONTINUOUS_SAMPLES} for continuous tokens, at most "
-        f"{MAX_CONTINUOUS_SAMPLES})",
+        help=f"sampled images (default {LOSSLESS_SAMPLES}, at most {MAX_LOSSLESS_SAMPLES}; {CONTINUOUS_SAMPLES} for "
+        f"continuous tokens, at most {MAX_CONTINUOUS_SAMPLES})",
     )
     check_parser.add_argument("--seed", type=integer, default=0)
     check_parser.add_argument(
@@ -821,7 +894,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--iteration", type=integer, help="iteration the window figure shows (default: the one showing most fates)"
     )
     figures_parser.add_argument(
-        "--image", action="store_true", help="add the image after that iteration, decoded by the trace's model"
+        "--image",
+        action="store_true",
+        help="add the image after that iteration, decoded by the trace's model (refused for a trace whose grid, "
+        "vocabulary or layout is not its model's)",
     )
     figures_parser.set_defaults(handler=command_figures)
     return parser
@@ -841,6 +917,15 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except KeyboardInterrupt:
         return 130
+    except (MemoryError, RuntimeError) as error:  # torch.OutOfMemoryError is a RuntimeError, on the CPU too
+        if not isinstance(error, MemoryError) and type(error).__name__ != "OutOfMemoryError":
+            raise
+        print(
+            "error: out of memory: choose smaller settings (a smaller tree, window or model), or set "
+            "SPECVIZ_RUN_MEMORY_MB to what this machine can spare so that such settings are refused before the run",
+            file=sys.stderr,
+        )
+        return 2
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

@@ -1,21 +1,31 @@
 """Checks of what a user passes in, shared by the command line, the app and the runner.
 
 Each check returns the value in its canonical form or raises InputError with one line that says
-what is allowed. Nothing here loads a model or writes a file, so every check can run before any
-work starts. Sampling settings and method parameters check themselves (specviz.models.settings,
-specviz.decoding.params); traces are checked on load (specviz.trace).
+what is allowed. Nothing here loads a model, and the checks write no file, so every check can run
+before any work starts. Sampling settings and method parameters check themselves
+(specviz.models.settings, specviz.decoding.params); traces are checked on load (specviz.trace).
+
+A results folder (`bench --out DIR`, read again on resume and by `bench-report`) is untrusted input:
+`read_inside`, `read_json_inside`, `write_inside` and their siblings reach a file in it one folder at a
+time from the folder itself, never through a symbolic link (a link where a folder is expected is
+refused; a link at a file to be written is replaced, never written through), read regular files only,
+bounded, and write each file whole under a temporary name moved into place. They need POSIX's `dir_fd`
+calls (Linux, macOS).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import reprlib
+import secrets
 import shutil
+import stat
 import tempfile
 import unicodedata
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -176,6 +186,8 @@ def check_output_folder(folder: object, files: tuple[str, ...] = ()) -> Path:
     for name in files:
         target = path / name
         try:
+            if target.is_symlink() and not target.exists():  # writing through it would fail only after the work
+                raise InputError(f"cannot write {shown_path(target)}: it is a symbolic link to a missing file")
             if target.exists() and not target.is_file():
                 raise InputError(f"cannot write {shown_path(target)}: something other than a file is already there")
             if target.exists() and not os.access(target, os.W_OK):
@@ -236,3 +248,239 @@ def read_prompts(path: str | None) -> list[str]:
     if len(prompts) > MAX_PROMPTS:
         raise PromptFileError(f"{len(prompts)} prompts in {shown_path(path)}; the limit is {MAX_PROMPTS}")
     return prompts
+
+
+class FolderError(InputError):
+    """A file or folder inside a results folder that cannot be read or written safely; the message names it."""
+
+
+MAX_JSON_CONTAINERS = 10_000  # lists and objects in one JSON file of a results folder (a result holds a handful)
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _parts(relative: str | Path) -> tuple[str, ...]:
+    """The names of a path below a folder; nothing absolute and no `..`, so the path stays in the folder."""
+    parts = Path(relative).parts
+    if not parts or Path(relative).is_absolute() or any(part in (".", "..") for part in parts):
+        raise FolderError(f"{shown_path(relative)} is not a path inside the folder")
+    return parts
+
+
+def _kind(info: os.stat_result) -> str:
+    """What an entry is, as a message says it."""
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link (nothing in a results folder is followed through a link)"
+    if stat.S_ISDIR(info.st_mode):
+        return "a folder"
+    if stat.S_ISFIFO(info.st_mode):
+        return "a named pipe"
+    if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+        return "a device"
+    return "not a regular file" if not stat.S_ISREG(info.st_mode) else "a file"
+
+
+def _open_inside(root: Path, folders: tuple[str, ...], create: bool) -> int | None:
+    """A descriptor of the folder `root/folders...`, reached one real folder at a time; None where one is missing
+    (without `create`)."""
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        if create:
+            raise FolderError(f"cannot write to {shown_path(root)}: the folder does not exist") from None
+        return None
+    except OSError as failure:
+        raise FolderError(f"cannot open {shown_path(root)}: {failure.strerror or failure}") from None
+    try:
+        for depth, name in enumerate(folders):
+            where = shown_path(Path(root, *folders[: depth + 1]))
+            if create:
+                try:
+                    os.mkdir(name, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                except OSError as failure:
+                    raise FolderError(f"cannot create {where}: {failure.strerror or failure}") from None
+            try:
+                child = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+            except OSError as failure:
+                try:
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    info = None
+                if info is None and not create:
+                    os.close(fd)
+                    return None
+                if info is not None and not stat.S_ISDIR(info.st_mode):
+                    raise FolderError(f"{where} is {_kind(info)}, where a folder belongs") from None
+                raise FolderError(f"cannot open {where}: {failure.strerror or failure}") from None
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def _inside(root: Path, folders: tuple[str, ...], create: bool = False) -> Iterator[int | None]:
+    """A descriptor of the folder `root/folders...`, reached one real folder at a time (a symbolic link or a file
+    on the way is refused, whatever it points to); missing folders are created with `create`, else None is given.
+    `root` itself is the user's choice and may be a link."""
+    fd = _open_inside(root, folders, create)
+    try:
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def entry_inside(root: Path, relative: str | Path) -> os.stat_result | None:
+    """What is at `root/relative` (a link as the link itself), or None where nothing is; the folders on the way
+    must be real folders."""
+    *folders, name = _parts(relative)
+    with _inside(root, tuple(folders)) as fd:
+        if fd is None:
+            return None
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except OSError as failure:
+            raise FolderError(f"cannot look at {shown_path(root / relative)}: {failure.strerror or failure}") from None
+
+
+def check_folder_inside(root: Path, relative: str | Path) -> None:
+    """`root/relative` is a real folder or can be made one: every part of it that exists is a folder, not a link."""
+    with _inside(root, _parts(relative)):
+        pass
+
+
+def check_file_inside(root: Path, relative: str | Path) -> None:
+    """A file can be written at `root/relative`: the folders on the way are real folders or missing, and no folder
+    holds its name (a link there is replaced when the file is written, never followed)."""
+    *folders, _ = _parts(relative)
+    if folders:
+        check_folder_inside(root, Path(*folders))
+    found = entry_inside(root, relative)
+    if found is not None and stat.S_ISDIR(found.st_mode):
+        raise FolderError(f"cannot write {shown_path(root / relative)}: a folder is in the way")
+
+
+def list_inside(root: Path, relative: str | Path) -> list[tuple[str, os.stat_result]]:
+    """The entries of the real folder `root/relative` (each as itself, a link as a link), sorted by name; none where
+    the folder does not exist."""
+    with _inside(root, _parts(relative)) as fd:
+        if fd is None:
+            return []
+        try:
+            with os.scandir(fd) as entries:
+                names = sorted(entry.name for entry in entries)
+            return [(name, os.stat(name, dir_fd=fd, follow_symlinks=False)) for name in names]
+        except OSError as failure:
+            raise FolderError(f"cannot list {shown_path(root / relative)}: {failure.strerror or failure}") from None
+
+
+def read_inside(root: Path, relative: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of the regular file `root/relative`, at most `limit` of them, reached without following a link;
+    a link, a folder, a pipe or a device there is refused before it is opened (opening a pipe could block, a
+    device could be endless)."""
+    *folders, name = _parts(relative)
+    shown = shown_path(root / relative)
+    with _inside(root, tuple(folders)) as fd:
+        if fd is None:
+            raise FolderError(f"{what} {shown} does not exist")
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                raise FolderError(f"{what} {shown} is {_kind(info)}, not a regular file")
+            if info.st_size > limit:
+                raise FolderError(f"{what} {shown} is larger than {limit} bytes, the limit for a {what}")
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+            with os.fdopen(os.open(name, flags, dir_fd=fd), "rb") as file:
+                if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):  # swapped since it was looked at
+                    raise FolderError(f"{what} {shown} is not a regular file")
+                data = file.read(limit + 1)
+        except FileNotFoundError:
+            raise FolderError(f"{what} {shown} does not exist") from None
+        except OSError as failure:
+            raise FolderError(f"cannot read {what} {shown}: {failure.strerror or failure}") from None
+    if len(data) > limit:
+        raise FolderError(f"{what} {shown} is larger than {limit} bytes, the limit for a {what}")
+    return data
+
+
+def parse_json(data: bytes | str, where: str, error: type[Exception] = FolderError) -> object:
+    """JSON with only finite numbers, no key twice in one object and at most MAX_JSON_CONTAINERS lists and objects
+    (counted in the text before parsing, so a file of nested brackets costs a count); `where` starts the message."""
+    square, curly = ("[", "{") if isinstance(data, str) else (b"[", b"{")
+    if data.count(square) + data.count(curly) > MAX_JSON_CONTAINERS:
+        raise error(f"{where}: more than {MAX_JSON_CONTAINERS} lists and objects")
+
+    def finite(text: str) -> float:
+        if not math.isfinite(value := float(text)):
+            raise error(f"{where}: {brief(text)} is not a finite number")
+        return value
+
+    def refuse(text: str) -> float:
+        raise error(f"{where}: {text} is not a finite number")
+
+    def members(pairs: list) -> dict:
+        found = dict(pairs)
+        if len(found) < len(pairs):
+            raise error(f"{where}: a key appears twice in one object")
+        return found
+
+    try:
+        return json.loads(data, parse_float=finite, parse_constant=refuse, object_pairs_hook=members)
+    except (ValueError, RecursionError) as failure:  # UnicodeDecodeError and too long an integer included
+        if isinstance(failure, error):
+            raise
+        raise error(f"{where}: not valid JSON ({brief(str(failure), 120)})") from None
+
+
+def read_json_inside(root: Path, relative: str | Path, limit: int, what: str) -> object:
+    """`read_inside`, parsed by `parse_json`."""
+    return parse_json(read_inside(root, relative, limit, what), f"{what} {shown_path(root / relative)}")
+
+
+def write_inside(root: Path, relative: str | Path, data: bytes, exclusive: bool = False) -> bool:
+    """Write `data` whole at `root/relative`: under a temporary name in the same folder, then moved into place
+    (a link there is replaced, never written through); missing folders are created, a link where a folder
+    belongs is refused. With `exclusive`, nothing is replaced: False where a file is already there."""
+    *folders, name = _parts(relative)
+    shown = shown_path(root / relative)
+    with _inside(root, tuple(folders), create=True) as fd:
+        partial = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.partial"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+            with os.fdopen(os.open(partial, flags, 0o666, dir_fd=fd), "wb") as file:
+                file.write(data)
+            if exclusive:
+                try:
+                    os.link(partial, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+                except FileExistsError:
+                    return False
+                return True
+            os.replace(partial, name, src_dir_fd=fd, dst_dir_fd=fd)
+            return True
+        except IsADirectoryError:
+            raise FolderError(f"cannot write {shown}: a folder is in the way") from None
+        except OSError as failure:
+            raise FolderError(f"cannot write {shown}: {failure.strerror or failure}") from None
+        finally:
+            with suppress(OSError):  # gone once moved into place
+                os.unlink(partial, dir_fd=fd)
+
+
+def remove_inside(root: Path, relative: str | Path) -> None:
+    """Remove the file (or link) at `root/relative` where there is one; a folder there is refused."""
+    *folders, name = _parts(relative)
+    with _inside(root, tuple(folders)) as fd:
+        if fd is None:
+            return
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except OSError as failure:  # a folder: EISDIR, or EPERM on some systems
+            raise FolderError(f"cannot remove {shown_path(root / relative)}: {failure.strerror or failure}") from None

@@ -6,19 +6,24 @@ and seed on the same device, made just before it. A rank takes every `world`-th 
 the launcher's local rank. `torchrun`, `accelerate launch` and SLURM's `srun` set the variables read here
 (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`; `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`,
 `SLURM_NTASKS_PER_NODE`); with more than one rank the ranks join a torch.distributed process group (gloo
-on CPUs, NCCL on GPUs) to wait for each other at the end, so that rank 0 reports on every rank's work.
+on CPUs, NCCL on GPUs, met at `MASTER_ADDR:MASTER_PORT`) to wait for each other at the end, so that rank 0
+reports on every rank's work.
 
 Each finished job writes its trace, its image and then its result (the metrics), each to a temporary
 name moved into place, under `DIR/jobs/METHOD/`: a result there means the job is done, and a restarted
 run skips it. A job that raises is recorded beside it as `STEM.error.json` and the run goes on; a
 restart tries it again. `DIR/run.json` holds the run's settings: a second run on the same folder with
 other settings is refused rather than mixed in. `python -m specviz bench-report DIR` merges the results.
+
+The folder is read as untrusted input (specviz.bench_report's loaders): before any work, run.json and the
+result of every job of this rank already there are read bounded and checked, and every file is reached and
+written inside the folder without following a symbolic link (specviz.inputs.write_inside).
 """
 
 from __future__ import annotations
 
 import json
-import os
+import stat
 import time
 import traceback
 from collections.abc import Mapping
@@ -28,13 +33,24 @@ from pathlib import Path
 import torch
 
 from specviz.bench import job_metrics
+from specviz.bench_report import read_result, read_settings
 from specviz.decoding import run
-from specviz.inputs import InputError
+from specviz.inputs import (
+    FolderError,
+    InputError,
+    entry_inside,
+    list_inside,
+    remove_inside,
+    shown_path,
+    write_inside,
+)
 from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.models.settings import SamplingSettings
 from specviz.prompt_sets import BenchPrompt
 
 IMAGE_SCALE = 4  # images kept at 4x their grid's size, for a look or a quality scorer
+MAX_ERROR_CHARS = 4000  # of a failed job's error and traceback, as its record keeps them
+SUBFOLDERS = ("jobs", "traces", "images")  # each holds one folder per method
 
 
 class FolderInUse(InputError):
@@ -76,6 +92,23 @@ def launch_from(environ: Mapping[str, str]) -> Launch:
     return Launch(rank, world, local_rank, local_world)
 
 
+def check_rendezvous(launch: Launch, environ: Mapping[str, str]) -> None:
+    """More than one rank meets at MASTER_ADDR:MASTER_PORT (torch's env:// rendezvous), checked before any work."""
+    if launch.world == 1:
+        return
+    address, port = environ.get("MASTER_ADDR", "").strip(), environ.get("MASTER_PORT", "").strip()
+    launched = f"a launch of {launch.world} processes (WORLD_SIZE or SLURM_NTASKS)"
+    if not address or not port:
+        missing = [name for name, value in (("MASTER_ADDR", address), ("MASTER_PORT", port)) if not value]
+        raise InputError(
+            f"{launched} meets at MASTER_ADDR:MASTER_PORT, and {' and '.join(missing)} "
+            f"{'are' if len(missing) > 1 else 'is'} not set: start it with torchrun or accelerate launch, or export "
+            "both under srun"
+        )
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise InputError(f"MASTER_PORT must be a port number from 1 to 65535, got {port[:40]!r}")
+
+
 def rank_device(device: str, launch: Launch) -> str:
     """One device per rank: `cuda` becomes the local rank's GPU; anything else is kept."""
     return f"cuda:{launch.local_rank}" if device == "cuda" and launch.local_world > 1 else device
@@ -105,51 +138,82 @@ def units(prompts: list[BenchPrompt], seeds: list[int], methods: list[str]) -> l
 
 
 class Folder:
-    """The run's folder: settings, results, errors, traces and images, each file written whole."""
+    """The run's folder: settings, results, errors, traces and images, each file written whole, inside the
+    folder (never through a link); every file read from it is checked first (specviz.bench_report)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._results: dict[str, dict] = {}  # the results read or written so far, by name
+
+    @staticmethod
+    def _name(kind: str, job: Job, suffix: str) -> str:
+        return f"{kind}/{job.method}/{job.stem}{suffix}"
 
     def result(self, job: Job) -> Path:
-        return self.root / "jobs" / job.method / f"{job.stem}.json"
+        return self.root / self._name("jobs", job, ".json")
 
     def error(self, job: Job) -> Path:
-        return self.root / "jobs" / job.method / f"{job.stem}.error.json"
+        return self.root / self._name("jobs", job, ".error.json")
 
     def trace(self, job: Job) -> Path:
-        return self.root / "traces" / job.method / f"{job.stem}.json"
+        return self.root / self._name("traces", job, ".json")
 
     def image(self, job: Job) -> Path:
-        return self.root / "images" / job.method / f"{job.stem}.png"
+        return self.root / self._name("images", job, ".png")
+
+    def finished(self, job: Job) -> dict | None:
+        """The job's result where it is done (checked: a bad file there is refused, not run over), else None."""
+        name = self._name("jobs", job, ".json")
+        if name not in self._results:
+            if entry_inside(self.root, name) is None:
+                return None
+            result = read_result(self.root, name)
+            if result["job"] != asdict(job):
+                raise FolderError(
+                    f"result {self.result(job)} holds another job than this run's: its prompt or category differs "
+                    "(was the prompt file changed?); give another --out"
+                )
+            self._results[name] = result
+        return self._results[name]
 
     def done(self, job: Job) -> bool:
-        return self.result(job).is_file()
+        return self.finished(job) is not None
+
+    def check(self, methods: list[str], jobs: list[Job]) -> list[Job]:
+        """Before any work: the folders a job writes into are real folders (or missing), run.json and the results of
+        `jobs` already there are readable and valid; the jobs done."""
+        for kind in SUBFOLDERS:
+            for method in methods:
+                for name, info in list_inside(self.root, f"{kind}/{method}"):  # refuses a link or a file there
+                    if stat.S_ISDIR(info.st_mode):  # where a job's file would be written
+                        where = shown_path(self.root / kind / method / name)
+                        raise FolderError(f"{where} is a folder; {kind}/{method} holds files")
+        if entry_inside(self.root, "run.json") is not None:
+            read_settings(self.root)
+        return [job for job in jobs if self.done(job)]
 
     def claim_settings(self, settings: dict) -> None:
         """Write run.json, or check that the one there holds these settings (a restart, another rank)."""
-        path = self.root / "run.json"
         self.root.mkdir(parents=True, exist_ok=True)
         text = json.dumps(settings, indent=1, sort_keys=True)
-        partial = self.root / f".run.json.{os.getpid()}"
-        partial.write_text(text)
-        try:
-            os.link(partial, path)  # atomic: exactly one process creates it
-        except FileExistsError:
-            held = json.loads(path.read_text())
+        if not write_inside(self.root, "run.json", text.encode(), exclusive=True):  # exactly one process creates it
+            held = read_settings(self.root)
             if held != json.loads(text):
                 differ = sorted(key for key in settings.keys() | held.keys() if held.get(key) != settings.get(key))
                 raise FolderInUse(
                     f"{self.root} holds a run with other settings ({', '.join(differ)} differ); give another --out, "
                     "or the same settings to resume it"
-                ) from None
-        finally:
-            partial.unlink(missing_ok=True)
+                )
 
     def write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        partial.write_bytes(data)
-        partial.replace(path)
+        write_inside(self.root, path.relative_to(self.root), data)
+
+    def keep_result(self, job: Job, result: dict) -> None:
+        """Write a finished job's result, the last of its files."""
+        name = self._name("jobs", job, ".json")
+        write_inside(self.root, name, json.dumps(result, indent=1).encode())
+        self._results[name] = result
+        remove_inside(self.root, self._name("jobs", job, ".error.json"))
 
 
 @dataclass
@@ -188,12 +252,11 @@ def run_job(model: ImageModel, job: Job, sampling: SamplingSettings, params: dic
     result = {
         "job": asdict(job),
         "metrics": metrics,
-        "trace": str(folder.trace(job).relative_to(folder.root)),
-        "image": str(folder.image(job).relative_to(folder.root)),
+        "trace": folder.trace(job).relative_to(folder.root).as_posix(),
+        "image": folder.image(job).relative_to(folder.root).as_posix(),
         "device": str(model.device),
     }
-    folder.write(folder.result(job), json.dumps(result, indent=1).encode())
-    folder.error(job).unlink(missing_ok=True)
+    folder.keep_result(job, result)
 
 
 def run_share(
@@ -211,7 +274,7 @@ def run_share(
     mine = all_units[launch.rank :: launch.world]
     summary = RankSummary(launch.rank, launch.world, str(model.device))
     started = time.perf_counter()
-    todo = [job for unit in mine for job in unit if not folder.done(job)]
+    todo = [job for unit in mine for job in unit if not folder.done(job)]  # each result checked (Folder.check)
     summary.resumed = sum(len(unit) for unit in mine) - len(todo)
     if todo:  # warm-up, untimed: lazy imports, the allocator, the prompt encoder
         for method in dict.fromkeys(job.method for job in todo):
@@ -226,10 +289,12 @@ def run_share(
                 try:
                     run_job(model, job, sampling, params.get(job.method), folder, ar_seconds)
                     summary.done += 1
+                except FolderError:  # the folder itself is unsafe to write into: no job can be kept
+                    raise
                 except Exception as error:  # recorded; the run goes on with the next job
                     summary.failed += 1
-                    failure = {"job": asdict(job), "error": f"{type(error).__name__}: {error}",
-                               "traceback": traceback.format_exc()[-4000:]}  # fmt: skip
+                    failure = {"job": asdict(job), "error": f"{type(error).__name__}: {error}"[:MAX_ERROR_CHARS],
+                               "traceback": traceback.format_exc()[-MAX_ERROR_CHARS:]}  # fmt: skip
                     folder.write(folder.error(job), json.dumps(failure, indent=1).encode())
                 if job.method == "ar":
                     ar_seconds = _ar_seconds(folder, job)
@@ -239,9 +304,9 @@ def run_share(
 
 
 def _ar_seconds(folder: Folder, ar_job: Job) -> float | None:
-    """The seconds of AR's run of this unit, where it is done."""
-    path = folder.result(ar_job)
-    return json.loads(path.read_text())["metrics"]["seconds"] if path.is_file() else None
+    """The seconds of AR's run of this unit, where it is done (its result checked: a finite duration, at least 0)."""
+    result = folder.finished(ar_job)
+    return None if result is None else result["metrics"]["seconds"]
 
 
 def join_group(launch: Launch, device: str) -> bool:
@@ -253,7 +318,11 @@ def join_group(launch: Launch, device: str) -> bool:
     backend = "nccl" if device.startswith("cuda") else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(torch.device(device))
-    dist.init_process_group(backend=backend, rank=launch.rank, world_size=launch.world)
+    try:
+        dist.init_process_group(backend=backend, rank=launch.rank, world_size=launch.world)
+    except (RuntimeError, ValueError) as error:  # the rendezvous failed: an address no rank listens on, a timeout
+        message = " ".join(str(error).split())[:300]
+        raise InputError(f"{launch.name} cannot join the launch's process group ({backend}): {message}") from None
     return True
 
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from specviz.decoding.catalogue import CATALOGUE
 from specviz.errors import TraceError
@@ -52,7 +52,15 @@ ContinuousFate = Literal["accepted", "rejected", "discarded"]
 TokenSource = Literal["target", "draft", "resampled", "capped"]
 MAX_TOKEN_DIM = 64
 MAX_PATH_POINTS = 1001  # a denoising trajectory of at most 1000 steps
-Point = tuple[float, float]
+
+
+def _pair_from_json(value: object) -> object:
+    """A JSON list as the tuple a field holds: a trace is validated strictly (see `Trace.from_json`), and
+    strict validation takes only a tuple for a tuple."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+Point = Annotated[tuple[float, float], BeforeValidator(_pair_from_json)]
 Origin = Literal["random", "repeat-left", "repeat-above", "sample-left", "sample-above", "refined", "forced", "unknown"]
 
 
@@ -270,9 +278,13 @@ class WindowRecord(_Record):
     fate: _per_draft(Fate)
     rejected_at: Count | None = None
     resampled: Count | None = None
-    residual_top: Annotated[list[tuple[Count, Probability, Probability]], Field(max_length=RESIDUAL_ENTRIES)] | None = (
-        None
-    )
+    residual_top: (
+        Annotated[
+            list[Annotated[tuple[Count, Probability, Probability], BeforeValidator(_pair_from_json)]],
+            Field(max_length=RESIDUAL_ENTRIES),
+        ]
+        | None
+    ) = None
     new_init: _per_draft(Origin) = []
     new_source: _per_draft(Annotated[int, Field(ge=-1)]) = []
     group_size: _per_draft(Count) | None = None
@@ -570,6 +582,11 @@ class Trace(_Strict):
         The parser counts numbers and object members as it goes and stops at MAX_JSON_VALUES, so a file
         of one enormous list (which pydantic would build whole before checking its length) costs memory
         in proportion to the bound, not to the file.
+
+        Validation is strict: a number is a JSON number, never text ("Infinity", "1e999" and "NaN" in a
+        string would otherwise be read as the non-finite floats the parser refuses), a count is a whole
+        number (not 2.0 or true), a flag is true or false. The parser itself refuses NaN, Infinity and
+        any number that overflows a float (1e999).
         """
         if len(text) > MAX_TRACE_BYTES:
             raise TraceError(f"trace is {len(text)} bytes; the limit is {MAX_TRACE_BYTES}")
@@ -579,7 +596,7 @@ class Trace(_Strict):
         if isinstance(data, dict) and data.get("version") == 2:
             data = _upgrade_from_version_2(data)
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, strict=True)
         except ValidationError as error:
             raise TraceError(_describe(error)) from None
 
@@ -693,6 +710,9 @@ def _upgrade_from_version_2(data: dict) -> dict:
     return {**data, "version": TRACE_VERSION, "iterations": converted}
 
 
+NUMBER_ERRORS = ("float_type", "int_type", "float_parsing", "int_parsing")
+
+
 def _describe(error: ValidationError) -> str:
     """The first few problems of a validation error, each with where in the file it is; a value from the
     file is quoted as a short prefix (a hostile file may hold megabytes in one string)."""
@@ -703,6 +723,8 @@ def _describe(error: ValidationError) -> str:
             problems.append(
                 f"unsupported trace version {brief(item.get('input'))}; this specviz reads version {TRACE_VERSION}"
             )
+        elif item["type"] in NUMBER_ERRORS and isinstance(item.get("input"), str):
+            problems.append(f"{where}: {brief(item['input'])} is text, not a number")
         else:
             message = item["msg"].removeprefix("Value error, ")
             message = message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS] + "..."

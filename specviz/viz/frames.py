@@ -27,11 +27,11 @@ from specviz.errors import ExportError
 from specviz.metrics import GridState, grid_state, has_trees, summary
 from specviz.trace import Trace
 from specviz.viz.narration import ratio_text
-from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, colors, legend_states
+from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, STATES, colors, legend_states
 
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
 MAX_FRAMES = 400  # longer runs are subsampled evenly for export
-MAX_FRAME_WIDTH = 2048  # pixels; wide grids are drawn with smaller cells
+MAX_FRAME_WIDTH = 2048  # pixels on either side of a frame; wide and tall grids are drawn with smaller cells
 HOLD_LAST_SECONDS = 2.0  # exports pause on the finished image before they loop, as a slide wants
 SLIDE_SIZE = (1280, 720)  # exported frames: 16:9 at a projector's width (a grid too big for it widens them)
 VIDEO_FPS = 24  # MP4 frames per second; a model pass lasts whole frames, repeated, never interpolated
@@ -174,9 +174,21 @@ def pass_overlay(
     return Image.alpha_composite(canvas.convert("RGBA"), tint).convert("RGB")
 
 
-def frame(trace: Trace, j: int, image: Image.Image | None, scale: int = 16, dark: bool = False) -> Image.Image:
-    """One animation frame: image after iteration j, the grid by draft fate, caption and legend."""
-    grid = grid_state(trace, j)
+class _FrameLayout(NamedTuple):
+    """Where `frame` puts things at a given scale: the canvas size, the margin, a text line's height, the
+    caption, the grid's panel size, the legend's rows and where they start."""
+
+    size: tuple[int, int]
+    pad: int
+    line: int
+    caption: str
+    panel: tuple[int, int]
+    legend: list[list[str]]
+    legend_top: int
+
+
+def _frame_layout(trace: Trace, j: int, scale: int, shown: set[str]) -> _FrameLayout:
+    """The layout of iteration j's frame at `scale` pixels per cell, its legend listing `shown` states."""
     it = trace.iterations[j]
     g = trace.geometry
     font = _default_font(int(np.clip(scale, 12, 20)))
@@ -188,12 +200,28 @@ def frame(trace: Trace, j: int, image: Image.Image | None, scale: int = 16, dark
         f"iteration {j}/{len(trace.iterations) - 1}  tokens {it.start + len(it.committed)}/{len(g.layout)}  NFE {j + 1}"
     )
     content = max(2 * panel[0] + pad, _text_width(font, caption))
-    legend = _legend_rows(font, swatch, content, set(grid.state.flat), has_trees(trace))
+    legend = _legend_rows(font, swatch, content, shown, has_trees(trace))
+    legend_top = pad + line + panel[1] + pad
+    size = (_round_up(content + 2 * pad), _round_up(legend_top + len(legend) * line + pad))
+    return _FrameLayout(size, pad, line, caption, panel, legend, legend_top)
+
+
+def frame(trace: Trace, j: int, image: Image.Image | None, scale: int = 16, dark: bool = False) -> Image.Image:
+    """One animation frame: image after iteration j, the grid by draft fate, caption and legend. Refused
+    with ExportError where it would be more than MAX_FRAME_WIDTH pixels on a side (before anything is
+    drawn): `export_scale` gives the largest scale at which every frame of a trace fits."""
+    grid = grid_state(trace, j)
+    g = trace.geometry
+    font = _default_font(int(np.clip(scale, 12, 20)))
+    swatch = int(np.clip(scale, 12, 20))
+    size, pad, line, caption, panel, legend, legend_top = _frame_layout(trace, j, scale, set(grid.state.flat))
+    if max(size) > MAX_FRAME_WIDTH:
+        raise ExportError(
+            f"a frame of a {g.rows}x{g.cols} grid at {scale} pixels a cell would be {size[0]}x{size[1]} pixels; "
+            f"the limit is {MAX_FRAME_WIDTH} on a side"
+        )
     top = pad + line
-    legend_top = top + panel[1] + pad
-    canvas = Image.new(
-        "RGB", (_round_up(content + 2 * pad), _round_up(legend_top + len(legend) * line + pad)), BACKGROUND[dark]
-    )
+    canvas = Image.new("RGB", size, BACKGROUND[dark])
     draw = ImageDraw.Draw(canvas)
     draw.text((pad, pad), caption, fill=FOREGROUND[dark], font=font)
     canvas.paste(_image_panel(image, panel, dark, font), (pad, top))
@@ -219,15 +247,23 @@ def export_iterations(count: int, limit: int = MAX_FRAMES) -> list[int]:
 
 
 def export_scale(trace: Trace) -> int:
-    """Pixels per token cell so a frame (image and grid side by side) is at most MAX_FRAME_WIDTH wide."""
-    cols = trace.geometry.cols
-    scale = min(16, MAX_FRAME_WIDTH // (2 * cols + 4))
+    """Pixels per token cell, at most 16, so that every `frame` of the trace (image and grid side by side,
+    caption above, legend below) is at most MAX_FRAME_WIDTH pixels wide and tall: a tall grid is drawn
+    with smaller cells, as a wide one is. ExportError where even one pixel a cell does not fit."""
+    g = trace.geometry
+    every_state = set(STATES)  # the longest legend a frame of the trace can have
+    last = len(trace.iterations) - 1  # its caption's numbers are the widest
+    scale = min(16, MAX_FRAME_WIDTH // (2 * g.cols + 4), MAX_FRAME_WIDTH // g.rows)
+    while scale >= 1 and max(_frame_layout(trace, last, scale, every_state).size) > MAX_FRAME_WIDTH:
+        scale -= 1
+    if scale < 1 and 2 * g.cols + 4 > MAX_FRAME_WIDTH:
+        most = MAX_FRAME_WIDTH // 2 - 2
+        raise ExportError(f"a {g.rows}x{g.cols} grid is too wide to animate (at most {most} columns)")
     if scale < 1:
         raise ExportError(
-            f"a {trace.geometry.rows}x{cols} grid is too wide to animate (at most {MAX_FRAME_WIDTH // 2 - 2} columns)"
+            f"a {g.rows}x{g.cols} grid is too tall to animate: at one pixel a cell its frame would be more than "
+            f"{MAX_FRAME_WIDTH} pixels tall, the limit"
         )
-    if trace.geometry.rows * scale > MAX_FRAME_WIDTH:
-        raise ExportError(f"a {trace.geometry.rows}x{cols} grid is too tall to animate")
     return scale
 
 

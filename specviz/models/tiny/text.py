@@ -5,7 +5,11 @@ normalisation) is three lines, so transformers' AutoModel is enough and loads fa
 
 A machine that cannot install the package (a lent GPU that reaches no registry; its 90 MB of weights
 would not travel) reads vectors computed elsewhere instead: `python -m specviz prompt-vectors --out F`
-writes them, and `SPECVIZ_PROMPT_VECTORS=F` makes every embedded model read its prompts from F.
+writes them, and `SPECVIZ_PROMPT_VECTORS=F` makes every embedded model read its prompts from F. F is
+checked when it is read: a regular file of at most MAX_VECTORS_BYTES, a safetensors file holding one
+float tensor `vectors` of one finite TEXT_DIM vector per prompt its metadata lists; anything else, and a
+prompt it has no vector for, is a PromptVectorsError (an InputError: one line naming the variable and
+the file).
 """
 
 from __future__ import annotations
@@ -16,11 +20,18 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load, save_file
+
+from specviz.inputs import InputError, brief, read_bounded, shown_path
 
 TEXT_DIM = 384
 VECTORS_ENV_VAR = "SPECVIZ_PROMPT_VECTORS"
+# a file of 40,000 prompts' vectors (COCO's 5,000 captions take 8 MB); read whole, so its size bounds memory
+MAX_VECTORS_BYTES = 64 * 1024 * 1024
+
+
+class PromptVectorsError(InputError):
+    """A SPECVIZ_PROMPT_VECTORS file that cannot be used, or that has no vector for a prompt asked for."""
 
 
 class TextEncoder:
@@ -54,9 +65,12 @@ class StoredVectors:
     """The encoder's vectors of a fixed list of prompts, read from a file `write_prompt_vectors` made."""
 
     def __init__(self, path: Path) -> None:
-        with safe_open(str(path), framework="pt") as stored:
-            prompts = json.loads((stored.metadata() or {}).get("prompts", "[]"))
-            vectors = stored.get_tensor("vectors")
+        what = f"{VECTORS_ENV_VAR} file"
+        data = read_bounded(path, MAX_VECTORS_BYTES, what, PromptVectorsError)  # no FIFO, no device, no folder
+        try:
+            prompts, vectors = _parse_vectors(data)
+        except PromptVectorsError as error:
+            raise PromptVectorsError(f"{what} {shown_path(path)} {error}") from None
         self.path = path
         self.rows = {prompt: row for row, prompt in enumerate(prompts)}
         self.vectors = vectors
@@ -64,11 +78,43 @@ class StoredVectors:
     def __call__(self, texts: list[str], batch_size: int = 256) -> torch.Tensor:
         missing = [text for text in texts if text not in self.rows]
         if missing:
-            raise ValueError(
-                f"no stored vector for the prompt {missing[0]!r} in {self.path} ({VECTORS_ENV_VAR}); write one "
-                "with `python -m specviz prompt-vectors --prompt ...` where the text encoder is installed"
+            raise PromptVectorsError(
+                f"no stored vector for the prompt {brief(missing[0])} in {VECTORS_ENV_VAR} file "
+                f"{shown_path(self.path)}; write one with `python -m specviz prompt-vectors --prompt ...` where the "
+                "text encoder is installed"
             )
         return self.vectors[[self.rows[text] for text in texts]]
+
+
+def _parse_vectors(data: bytes) -> tuple[list[str], torch.Tensor]:
+    """The prompts and their vectors in the bytes of a file `write_prompt_vectors` wrote; PromptVectorsError
+    completing "FILE ..." where they are not that."""
+    try:
+        tensors = load(data)
+        header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])  # load has read it already
+    except Exception:  # the parser's own errors (SafetensorError, ...) on bytes that are not safetensors
+        raise PromptVectorsError(
+            "is not a safetensors file; write one with `python -m specviz prompt-vectors`"
+        ) from None
+    metadata = header.get("__metadata__") or {}
+    try:
+        prompts = json.loads(metadata.get("prompts", ""))
+    except ValueError:
+        prompts = None
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(prompt, str) for prompt in prompts):
+        raise PromptVectorsError("lists no prompts (its metadata needs 'prompts', a JSON list of texts)")
+    if set(tensors) != {"vectors"}:
+        raise PromptVectorsError(f"holds the tensors {brief(sorted(tensors))}; it needs one, named 'vectors'")
+    vectors = tensors["vectors"]
+    if not vectors.is_floating_point() or vectors.shape != (len(prompts), TEXT_DIM):
+        raise PromptVectorsError(
+            f"holds vectors of {vectors.dtype} and shape {tuple(vectors.shape)}; its {len(prompts)} prompts need "
+            f"floats of shape ({len(prompts)}, {TEXT_DIM})"
+        )
+    vectors = vectors.float()
+    if not torch.isfinite(vectors).all():
+        raise PromptVectorsError("holds NaN or infinite numbers")
+    return prompts, vectors
 
 
 def write_prompt_vectors(prompts: list[str], path: Path) -> None:

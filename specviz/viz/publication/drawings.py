@@ -35,6 +35,7 @@ from specviz.viz.publication.style import (
     bare_grid_axes,
     cell_gap,
     draw_states,
+    grid_panel,
     hatch_color,
     mark_patches,
     new_figure,
@@ -65,7 +66,7 @@ def _draw_map(
     """One per-cell map over the grid, coloured as `colouring` (cmap, norm) says, with its colour bar
     below (`extend="min"` shows the colour map's under colour); the caller labels the bar and its ticks."""
     g = trace.geometry
-    gap = cell_gap(panel_in, g.cols)
+    gap = cell_gap(panel_in, g.cols)  # the panel's drawn width: a tall grid's is narrower than its place
     mesh = ax.pcolormesh(
         np.arange(g.cols + 1) - 0.5,
         np.arange(g.rows + 1) - 0.5,
@@ -89,10 +90,10 @@ def acceptance_map(trace: Trace, setting: Setting) -> Figure:
     """Per cell: the iteration that committed it, how many tokens that pass committed, and how often
     it was drafted before being fixed; cells not committed yet take the 'pending' colour."""
     g = trace.geometry
-    maps = acceptance_maps(trace)
     f = setting.style.font_in
-    panel_in = (setting.width_in - 4 * f) / 3
-    height = panel_in * g.rows / g.cols + 6.2 * f + title_space(setting)
+    panel_in, grid_in = grid_panel(g.rows, g.cols, (setting.width_in - 4 * f) / 3, setting)
+    maps = acceptance_maps(trace)
+    height = grid_in + 6.2 * f + title_space(setting)
     fig = new_figure(setting, height, f"{trace.method}: acceptance map")
     axes = fig.subplots(1, 3)
     colormap = mpl.colormaps["cividis"].with_extremes(bad=setting.palette["pending"])
@@ -109,10 +110,11 @@ def depth_map(trace: Trace, setting: Setting) -> Figure:
     (viridis, brighter deeper), the tokens the target drew (the first, and the one after each accepted
     path: depth 0) in the grey of committed cells, shown as the colour bar's lower end."""
     g = trace.geometry
-    depths = metrics.depth_map(trace)
     f = setting.style.font_in
-    panel_in = min(setting.width_in - 2 * f, 0.62 * setting.width_in + 2 * f)
-    height = panel_in * g.rows / g.cols + 6.2 * f + title_space(setting)
+    room = min(setting.width_in - 2 * f, 0.62 * setting.width_in + 2 * f)
+    panel_in, grid_in = grid_panel(g.rows, g.cols, room, setting)
+    depths = metrics.depth_map(trace)
+    height = grid_in + 6.2 * f + title_space(setting)
     fig = new_figure(setting, height, f"{trace.method}: depth at which each token was accepted")
     ax = fig.subplots()
     deepest = max(int(np.nanmax(depths)) if not np.isnan(depths).all() else 1, 1)
@@ -134,10 +136,10 @@ def tree_shapes(trace: Trace, setting: Setting) -> Figure:
     """Per cell, the depth and top-k asked of the tree that committed it (PEANUT's adaptive shapes;
     EAGLE-2's are one shape everywhere, which the title says and the one-value colour bars show)."""
     g = trace.geometry
-    maps = tree_shape_maps(trace)
     f = setting.style.font_in
-    panel_in = (setting.width_in - 3 * f) / 2
-    height = panel_in * g.rows / g.cols + 6.2 * f + title_space(setting)
+    panel_in, grid_in = grid_panel(g.rows, g.cols, (setting.width_in - 3 * f) / 2, setting)
+    maps = tree_shape_maps(trace)
+    height = grid_in + 6.2 * f + title_space(setting)
     series = per_tree(trace)
     fixed = len(set(series["depth"].tolist())) == 1 and len(set(series["top_k"].tolist())) == 1
     title = f"{trace.method}: tree shape per cell" + (" (fixed: the same everywhere)" if fixed else "")
@@ -174,15 +176,15 @@ def window(trace: Trace, setting: Setting) -> Figure:
     """The Jacobi window of one iteration on the grid (and the image so far, when a decoder is given),
     and each draft's acceptance ratio as a bar in its fate's colour: a short bar shows a rejection."""
     j = shown_iteration(trace, setting.iteration)
+    g = trace.geometry
+    grid_w, grid_in = grid_panel(g.rows, g.cols, 0.49 * setting.width_in - 4 / 72, setting)  # before any work
     grid = grid_state(trace, j)
     it = trace.iterations[j]
-    g = trace.geometry
     f = setting.style.font_in
     image = setting.decode(trace, tokens_through(trace, j)) if setting.decode else None
     shown = set(grid.state.flat) | set(it.outcome())
     drafts = it.kind == "window"
     states = [state for state in STATES if state in shown]
-    grid_in = (0.49 * setting.width_in - 4 / 72) * g.rows / g.cols
     heights = [grid_in]
     if image is not None:
         heights.append(math.ceil((len(states) + 1) / 2) * 1.45 * f)
@@ -196,7 +198,7 @@ def window(trace: Trace, setting: Setting) -> Figure:
     else:
         grid_ax, legend_ax = fig.add_subplot(layout[0, 1]), fig.add_subplot(layout[1, :])
         _draw_image(fig.add_subplot(layout[0, 0]), image, g.rows, g.cols, setting)
-    draw_states(grid_ax, grid.state, grid.now, setting, cell_gap(grid_in * g.cols / g.rows, g.cols))
+    draw_states(grid_ax, grid.state, grid.now, setting, cell_gap(grid_w, g.cols))
     bare_grid_axes(grid_ax, g.rows, g.cols)
     handles = [state_patch(state, setting, label=LABELS[state]) for state in states]
     handles.append(
@@ -217,8 +219,9 @@ def window(trace: Trace, setting: Setting) -> Figure:
 
 def _draw_image(ax: Axes, image: Image.Image, rows: int, cols: int, setting: Setting) -> None:
     """The image after the iteration, upscaled with nearest neighbour so each token stays a crisp block,
-    framed so that a white background does not melt into the page."""
-    scale = max(1, IMAGE_PIXELS // max(image.width, 1))
+    framed so that a white background does not melt into the page. Its longest side is what is enlarged
+    to about IMAGE_PIXELS, so a tall image (of a tall grid) stays that size, not that width."""
+    scale = max(1, IMAGE_PIXELS // max(image.width, image.height, 1))
     crisp = image.convert("RGB").resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST)
     ax.imshow(np.asarray(crisp), interpolation="none", extent=(-0.5, cols - 0.5, rows - 0.5, -0.5))
     bare_grid_axes(ax, rows, cols)

@@ -3,6 +3,7 @@ from the traces (slugs that cannot leave the folder), formats and their metadata
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -27,14 +28,15 @@ from specviz.viz.publication.drawings import (
     tree_shapes,
     window,
 )
-from specviz.viz.publication.style import Decoder, Setting
+from specviz.viz.publication.style import Decoder, FigureOptionError, GridTooFine, Setting
 
+# a PNG has at most this many pixels (128 MB of RGBA while it is drawn; 0.9 GB at peak for the largest): a
+# figure that would have more at its style's resolution is written at a lower one. Grid panels are already
+# bounded by the width (style.MAX_GRID_HEIGHT), so this lowers only the resolution of figures made wider
+# than the styles' own (--width-in 16 at the paper's 600 dpi: about 430 dpi)
+MAX_PNG_PIXELS = 32_000_000
 METADATA = {"pdf": {"Creator": "specviz", "CreationDate": None}, "svg": {"Creator": "specviz", "Date": None}, "png": {}}
 _DRAWING = threading.Lock()  # matplotlib's rcParams are global: one figure is drawn at a time
-
-
-class FigureOptionError(ValueError):
-    """Options that cannot make figures (unknown style or format, width or iteration out of range)."""
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,15 @@ def _save(fig: Figure, out: Path, stem: str, formats: Sequence[str], style: Styl
         if path.resolve().parent != folder:
             raise FigureOptionError(f"{path.name[:80]} would be written outside {out}; nothing was written there")
     for kind, path in zip(formats, paths, strict=True):
-        fig.savefig(path, format=kind, dpi=style.png_dpi, metadata=METADATA[kind])
+        dpi = png_dpi(fig, style) if kind == "png" else style.png_dpi  # vector files: only the image panel's
+        fig.savefig(path, format=kind, dpi=dpi, metadata=METADATA[kind])
     return paths
+
+
+def png_dpi(fig: Figure, style: Style) -> float:
+    """The style's PNG resolution, or the highest below it at which the figure has at most MAX_PNG_PIXELS."""
+    width_in, height_in = fig.get_size_inches()
+    return min(style.png_dpi, math.floor(math.sqrt(MAX_PNG_PIXELS / (width_in * height_in))))
 
 
 def write_figures(
@@ -158,7 +167,8 @@ def write_figures(
 ) -> FigureFiles:
     """Every figure of FIGURES that the (name, trace) pairs allow, one file per figure and format,
     into the folder `out` (created if missing); a figure a trace lacks the records for is skipped with
-    a note naming the traces by their given names."""
+    a note naming the traces by their given names, as is a grid figure whose cells would be too small
+    to read (style.GridTooFine: a grid panel is at most MAX_GRID_HEIGHT times the width tall)."""
     chosen = check_options(traces, style, width_in, iteration)
     out.mkdir(parents=True, exist_ok=True)
     setting = Setting(chosen, width_in or chosen.width_in, iteration, decode)
@@ -177,11 +187,16 @@ def write_figures(
             if not kind.per_trace:
                 result.files += _save(kind.draw(runs, setting), out, kind.name, formats, chosen)
                 continue
-            for trace, stem in zip(runs, stems, strict=True):
+            for (name, trace), stem in zip(traces, stems, strict=True):
                 if kind.needs and not kind.needs.present(trace):
                     continue
                 suffix = f"-{shown_iteration(trace, iteration)}" if kind.at_iteration else ""
-                result.files += _save(kind.draw(trace, setting), out, f"{stem}-{kind.name}{suffix}", formats, chosen)
+                try:
+                    fig = kind.draw(trace, setting)
+                except GridTooFine as error:
+                    result.notes.append(f"{kind.title} of {name} skipped: {error}")
+                    continue
+                result.files += _save(fig, out, f"{stem}-{kind.name}{suffix}", formats, chosen)
     return result
 
 

@@ -23,6 +23,22 @@ HATCHES = {
 OUTLINED = frozenset({"accepted"})  # accepted cells are always committed this iteration, so always outlined
 GREY_STEP = 10.0  # CIE L* apart: two plain colours this far apart stay distinct when printed in grey
 Decoder = Callable[[Trace, list[int]], Image.Image]
+# A grid panel is drawn with square cells as wide as its place allows, but never taller than this many
+# times the figure's width: a tall grid (256 x 1) is drawn with smaller cells instead of as a figure
+# hundreds of inches tall, so a figure's size, and the memory its drawing takes, follow the width asked for.
+MAX_GRID_HEIGHT = 1.5
+# The smallest cell drawn, in points: a pixel of the PNG at the slides' 300 dpi (two at the paper's 600),
+# a quarter of a point in print. A grid that would need smaller cells is not drawn (its figure is skipped
+# with a note): neither a cell nor the map's pattern could be read.
+MIN_CELL_PT = 0.25
+
+
+class FigureOptionError(ValueError):
+    """Options that cannot make figures (unknown style or format, width or iteration out of range)."""
+
+
+class GridTooFine(FigureOptionError):
+    """A grid whose cells would be too small to read in a figure of the width asked for."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,22 @@ def bare_grid_axes(ax: Axes, rows: int, cols: int) -> None:
     ax.set_yticks([])
     for spine in ax.spines.values():
         spine.set_visible(False)
+
+
+def grid_panel(rows: int, cols: int, room_in: float, setting: Setting) -> tuple[float, float]:
+    """(width, height) in inches of a grid panel of square cells in a place `room_in` wide: as wide as
+    the place where the grid is square or wide, narrower where it is so tall that it would be taller than
+    MAX_GRID_HEIGHT times the figure's width; GridTooFine where a cell would be smaller than MIN_CELL_PT."""
+    tallest = MAX_GRID_HEIGHT * setting.width_in
+    cell = min(room_in / cols, tallest / rows)
+    if 72 * cell < MIN_CELL_PT:
+        most_rows, most_cols = int(72 * tallest / MIN_CELL_PT), int(72 * room_in / MIN_CELL_PT)
+        raise GridTooFine(
+            f"a {rows}x{cols} grid would have cells of {72 * cell:.2g} pt, under the {MIN_CELL_PT} pt that can be "
+            f"read; at {setting.width_in:g} in wide this figure draws at most {most_rows} rows and {most_cols} "
+            "columns (--width-in widens it)"
+        )
+    return cell * cols, cell * rows
 
 
 def cell_gap(ax_width_in: float, cols: int) -> float:
