@@ -24,10 +24,11 @@ MAX_TREE_DEPTH = 64
 MAX_TREE_TOKENS = 1000  # below the trace's bound on one iteration's records
 MAX_GRID_SIDE = 4096  # the trace's bound on a grid's rows and columns
 # What one pass's own tensors take, beyond the model's (`Parameters.pass_bytes`). Measured on `tiny` (V 1024, one
-# thread, peak RSS over two passes; docs/app.md "Limits"): EAGLE-2's candidate pool took 81-87 bytes a candidate
-# at 1.4M-5.8M candidates a pass (five columns, their concatenation and a sort); a row of probabilities over the
-# vocabulary is held in about eight copies of 4 bytes (logits, guidance, warpers, softmax, the verification's).
-CANDIDATE_BYTES = 88
+# thread, peak RSS; docs/app.md "Limits"): EAGLE-2's candidate pool took 81-87 bytes a candidate at 1.4M-5.8M
+# candidates a pass (five columns, their concatenation and a sort), and the app's server grew 2.25 GB racing a
+# tree of 22.7M (99 bytes each, the race's pictures included); a row of probabilities over the vocabulary is held
+# in about eight copies of 4 bytes (logits, guidance, warpers, softmax, the verification's).
+CANDIDATE_BYTES = 104
 ROW_ENTRY_BYTES = 32
 NEIGHBOUR_BYTES = 8  # an entry of a codebook's neighbour table (int64), made once per model and count
 
