@@ -321,15 +321,19 @@ def slide_title(trace: Trace, ar: Trace | None = None) -> tuple[str, str]:
     return headline, f"{name}: {passes} for {facts['tokens']} tokens · {compression} step compression · {kind}"
 
 
+def _grid(trace: Trace) -> object:
+    """A run's grid, without the order it decided its cells in (zipar records its own; AR's raster needs none)."""
+    return trace.geometry.model_copy(update={"order": None})
+
+
 def check_same_run(trace: Trace, ar: Trace) -> None:
     """Refuse to set a trace beside an AR trace of another run: frames would compare different things."""
     if ar.method != "ar":
         raise ValueError(f"the baseline to set beside {trace.method} must be an AR trace, not {ar.method}")
-    differing = [
-        field
-        for field in ("model", "prompt", "seed", "sampling", "geometry")
-        if getattr(trace, field) != getattr(ar, field)
-    ]
+    same = ("model", "prompt", "seed", "sampling")
+    differing = [field for field in same if getattr(trace, field) != getattr(ar, field)]
+    if _grid(trace) != _grid(ar):
+        differing.append("geometry")
     if differing:
         raise ValueError(f"the AR trace is of another run (different {', '.join(differing)})")
 
@@ -434,7 +438,7 @@ class _Slide:
     def __init__(self, traces: Sequence[Trace], title: tuple[str, str], dark: bool):
         if not traces:
             raise ValueError("a slide frame needs at least one run")
-        if any(t.geometry != traces[0].geometry for t in traces):
+        if any(_grid(t) != _grid(traces[0]) for t in traces):
             raise ValueError("the runs in one frame must share a grid")
         self.traces, self.dark = list(traces), dark
         self.layout = layout = _slide_layout(traces)
