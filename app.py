@@ -3,7 +3,7 @@ else on a Space 0.0.0.0 and PORT)."""
 
 import os
 
-from specviz.threads import configure_threads
+from specviz.core.threads import configure_threads
 from specviz.ui import build, launch_options, server_address
 
 configure_threads()  # every core but one, or SPECVIZ_THREADS: a busy machine must not stall the runs

@@ -34,7 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=.device/cache
 SHIPPED=.device/shipped
-TRAIN="python -m specviz.models.tiny_continuous.train --cache $CACHE"
+TRAIN="python -m specviz.training.tiny_continuous --cache $CACHE"
 WORK=.device/work  # ignored, so a second call on the still-warm machine finds it
 # the pair so far into $OUT, after each stage as well as on exit (a call killed at its limit runs no trap)
 tar_pair() {

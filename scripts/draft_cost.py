@@ -19,12 +19,12 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from specviz.core.threads import configure_threads
 from specviz.decoding.runner import run
-from specviz.models.tiny.train import bfloat16
 from specviz.models.tiny_continuous.adapter import ASSETS, TinyContinuousModel
 from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
-from specviz.models.tiny_continuous.train import ROLES
-from specviz.threads import configure_threads
+from specviz.training.tiny import bfloat16
+from specviz.training.tiny_continuous import ROLES
 
 
 def shape(text: str) -> ContinuousConfig:

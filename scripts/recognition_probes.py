@@ -24,11 +24,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from specviz.models.diffusion_head import TRAINING_STEPS, Schedule
+from specviz.models.networks.diffusion_head import TRAINING_STEPS, Schedule
 from specviz.models.tiny.data import shift_tokens
 from specviz.models.tiny.designs import build_design_set
 from specviz.models.tiny.text import TEXT_DIM, VECTORS_ENV_VAR, TextEncoder
-from specviz.models.tiny.train import (
+from specviz.models.tiny_continuous.network import ContinuousTextToImage
+from specviz.models.tiny_continuous.projection import PatchProjection
+from specviz.stage.recognition import load_embedded, recognised, training_captions
+from specviz.training.tiny import (
     CAPTION_TEMPLATES,
     adamw,
     bfloat16,
@@ -37,10 +40,7 @@ from specviz.models.tiny.train import (
     mirrored,
     training_draws,
 )
-from specviz.models.tiny_continuous.network import ContinuousTextToImage
-from specviz.models.tiny_continuous.projection import PatchProjection
-from specviz.models.tiny_continuous.train import ROLES, load_role
-from specviz.stage.recognition import load_embedded, recognised, training_captions
+from specviz.training.tiny_continuous import ROLES, load_role
 
 SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "tiny-continuous"
 FAMILIES = 20  # emoji with skin-tone variants that `scratch` trains on, all their captions

@@ -17,11 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specviz.decoding.catalogue import CATALOGUE, method_info
-from specviz.decoding.params import all_fields
-from specviz.errors import REQUEST_ERRORS
-from specviz.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN
-from specviz.inputs import (
+from specviz.core.catalogue import CATALOGUE, method_info
+from specviz.core.errors import REQUEST_ERRORS, ModelUnavailable
+from specviz.core.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN
+from specviz.core.inputs import (
     brief,
     check_device,
     check_file_inside,
@@ -33,12 +32,13 @@ from specviz.inputs import (
     read_prompts,
     shown_path,
 )
-from specviz.lossless_toys import TOY_DESCRIPTIONS
-from specviz.models.errors import ModelUnavailable
+from specviz.core.params import all_fields
+from specviz.core.settings import SamplingSettings
+from specviz.core.threads import choose_threads, configure_threads
+from specviz.core.timing import MAX_TIMINGS, TIMINGS
 from specviz.models.imagenet import EXAMPLE_CLASSES
 from specviz.models.registry import MODELS, get_entry, load_model
-from specviz.models.settings import SamplingSettings
-from specviz.threads import choose_threads, configure_threads
+from specviz.models.toys import TOY_DESCRIPTIONS
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -50,8 +50,6 @@ IMAGE_SCALE = 8  # saved PNGs are upscaled with nearest neighbour so each token 
 RUN_FILES = ("image.png", "trace.json")
 DEPTH_MAP_STEM = "depth-map"  # `run` of a tree method also writes depth-map.png
 MAX_BENCH_SEEDS = 1000
-RACE_REPEATS = 3  # as the app times a race (specviz.decoding.race.TIMINGS; a test keeps them equal)
-MAX_RACE_REPEATS = 20
 LOSSLESS_SAMPLES = 20_000  # discrete tokens: a chi-square test on an enumerable toy
 DEFAULT_TOY = "short"
 # measured on the 2-core machine with one torch thread: 1,600 samples/s (AR on the short toy) down to 140-250
@@ -249,12 +247,12 @@ def command_race(args: argparse.Namespace) -> int:
     if args.method == "ar":
         raise UsageError("race a method against AR, for example --method sjd (ar is the other side)")
     _check_run_inputs(args, [args.method])
-    if not 0 <= args.repeats <= MAX_RACE_REPEATS:
-        raise UsageError(f"--repeats must be from 0 to {MAX_RACE_REPEATS}")
+    if not 0 <= args.repeats <= MAX_TIMINGS:
+        raise UsageError(f"--repeats must be from 0 to {MAX_TIMINGS}")
     params = _method_params(args)  # checked against the method by _check_run_inputs
     prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
 
-    from specviz.decoding.race import Race, retimed
+    from specviz.measure.race import Race, retimed
     from specviz.metrics import summary, timed_speedup
     from specviz.viz.narration import latency_verdict, ratio_text
 
@@ -313,7 +311,7 @@ def command_pass_cost(args: argparse.Namespace) -> int:
     check_device(args.device)
     prompt = check_prompt(args.prompt)
 
-    from specviz.decoding.cost import cost_sentence, doubts, pass_costs
+    from specviz.measure.cost import cost_sentence, doubts, pass_costs
 
     model = _load(args)
     costs = pass_costs(model, prompt, sizes, args.repeats)
@@ -332,8 +330,8 @@ def command_pass_cost(args: argparse.Namespace) -> int:
 
 
 def _bench_to_folder(args: argparse.Namespace, methods: list[str], chosen: list, launch) -> int:
-    """`bench --out DIR`: this rank's share of the jobs, each written as it ends (specviz.sharded)."""
-    from specviz.sharded import (
+    """`bench --out DIR`: this rank's share of the jobs, each written as it ends (specviz.measure.sharded)."""
+    from specviz.measure.sharded import (
         Folder,
         check_rendezvous,
         gather_summaries,
@@ -371,7 +369,7 @@ def _bench_to_folder(args: argparse.Namespace, methods: list[str], chosen: list,
     summaries = gather_summaries(summary, grouped)
     print(summary.line(), flush=True)
     if launch.rank == 0:
-        from specviz.bench_report import load, markdown
+        from specviz.measure.bench_report import load, markdown
 
         print(f"\nall {launch.world} ranks done: " + "; ".join(f"{s.done} new, {s.failed} failed" for s in summaries))
         print(markdown(*load(out)))
@@ -381,7 +379,7 @@ def _bench_to_folder(args: argparse.Namespace, methods: list[str], chosen: list,
 
 def command_bench_report(args: argparse.Namespace) -> int:
     """The folder is untrusted input: every file is read bounded and checked, and the report is written inside it,
-    never through a link (specviz.bench_report, specviz.inputs)."""
+    never through a link (specviz.measure.bench_report, specviz.core.inputs)."""
     from specviz.viz.publication import FigureOptionError, parse_formats
 
     try:
@@ -392,7 +390,7 @@ def command_bench_report(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise UsageError(f"{shown_path(root)} is not a folder")
     check_output_folder(root)
-    from specviz.bench_report import bench_report, report_files
+    from specviz.measure.bench_report import bench_report, report_files
 
     for name in report_files(formats):  # before any work: no link where a folder belongs, no folder at a file's name
         check_file_inside(root, name)
@@ -400,7 +398,7 @@ def command_bench_report(args: argparse.Namespace) -> int:
     if clip is not None and not clip.is_dir():
         raise UsageError(f"--clip takes a folder holding a CLIP model; {shown_path(clip)} is not a folder")
     if clip is not None:
-        from specviz.quality import check_clip_folder
+        from specviz.measure.quality import check_clip_folder
 
         check_clip_folder(clip)
     page, written, text = bench_report(root, formats, clip)
@@ -415,7 +413,7 @@ def command_gpu_report(args: argparse.Namespace) -> int:
     out = check_output_folder(args.out, ("report.md", "report.json"))
     if args.minutes is not None and not 0 < args.minutes <= 600:
         raise UsageError("--minutes must be above 0 and at most 600")
-    from specviz.gpu_report import SECTIONS, gpu_report
+    from specviz.measure.gpu_report import SECTIONS, gpu_report
 
     only = None if args.only is None else [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(only or ()) - set(SECTIONS))
@@ -434,8 +432,8 @@ def command_gpu_report(args: argparse.Namespace) -> int:
 
 def command_prompt_vectors(args: argparse.Namespace) -> int:
     out = check_output_file(args.out)
+    from specviz.measure.prompt_sets import load_prompt_set
     from specviz.models.tiny.text import write_prompt_vectors
-    from specviz.prompt_sets import load_prompt_set
 
     prompts = [check_prompt(prompt.text) for prompt in load_prompt_set(args.prompts, args.limit)]
     prompts += [check_prompt(prompt) for prompt in args.prompt or ()]
@@ -474,11 +472,11 @@ def command_bench(args: argparse.Namespace) -> int:
     _check_run_inputs(args, methods)
     if not 1 <= args.seeds <= MAX_BENCH_SEEDS:
         raise UsageError(f"--seeds must be from 1 to {MAX_BENCH_SEEDS}")
-    from specviz.prompt_sets import load_prompt_set
+    from specviz.measure.prompt_sets import load_prompt_set
 
     chosen = load_prompt_set(args.prompts, args.limit, args.category)
     prompts = [check_prompt(prompt.text) for prompt in chosen]
-    from specviz.sharded import launch_from
+    from specviz.measure.sharded import launch_from
 
     launch = launch_from(os.environ)
     if args.out is not None:
@@ -486,7 +484,7 @@ def command_bench(args: argparse.Namespace) -> int:
     if launch.world > 1:
         raise UsageError(f"a launch of {launch.world} processes shares its jobs through a folder: give --out DIR")
 
-    from specviz.bench import bench
+    from specviz.measure.bench import bench
 
     model = _load(args)
     params = {name: _method_params(args, name) for name in methods}
@@ -531,8 +529,8 @@ def command_bench_cspd(args: argparse.Namespace) -> int:
     classes = args.prompts is None and get_entry(args.model).class_conditional  # text prompts would not parse
     prompts = list(EXAMPLE_CLASSES) if classes else [check_prompt(prompt) for prompt in read_prompts(args.prompts)]
 
-    from specviz.bench_continuous import sweep
-    from specviz.continuous_lossless import token_check
+    from specviz.measure.bench_continuous import sweep
+    from specviz.measure.continuous_lossless import token_check
 
     model = _load(args)
     sampling = _sampling(args, model.default_sampling)
@@ -561,7 +559,7 @@ def command_check_lossless(args: argparse.Namespace) -> int:
             "(about 20 minutes on the slowest toy)"
         )
 
-    from specviz.lossless import check_lossless
+    from specviz.measure.lossless import check_lossless
 
     configure_threads()
     report = check_lossless(args.method, samples, args.seed, _method_params(args), toy=args.toy, greedy=args.greedy)
@@ -583,7 +581,7 @@ def _check_continuous(args: argparse.Namespace) -> int:
             f"{MAX_CONTINUOUS_SAMPLES} for continuous tokens (about 5 minutes)"
         )
 
-    from specviz.continuous_lossless import check_continuous
+    from specviz.measure.continuous_lossless import check_continuous
 
     configure_threads()
     report = check_continuous(args.method, samples, args.seed, _method_params(args))
@@ -717,8 +715,8 @@ def build_parser() -> argparse.ArgumentParser:
     race_parser.add_argument(
         "--repeats",
         type=integer,
-        default=RACE_REPEATS,
-        help=f"undisturbed repeats of each run (default {RACE_REPEATS}; 0: none)",
+        default=TIMINGS,
+        help=f"undisturbed repeats of each run (default {TIMINGS}; 0: none)",
     )
     _method_arguments(race_parser)
     _sampling_arguments(race_parser)

@@ -15,9 +15,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from specviz.decoding.catalogue import CATALOGUE
-from specviz.errors import TraceError
-from specviz.inputs import brief, read_bounded
+from specviz.core.catalogue import CATALOGUE
+from specviz.core.errors import TraceError
+from specviz.core.inputs import brief, read_bounded
 
 TRACE_VERSION = 3
 # the largest trace a real run writes is a few MB (Emu3 at 720p, 8,190 positions, W = 128: about 6 MB);

@@ -24,7 +24,7 @@ def full_stats(request) -> bool:
 def pytest_configure(config):
     """Share the cores among xdist workers: oversubscribed OpenMP teams make every pass slower. On a
     machine busy with other work, SPECVIZ_THREADS (as the app and the CLI read it) caps the share."""
-    from specviz.threads import choose_threads
+    from specviz.core.threads import choose_threads
 
     config.addinivalue_line("markers", "statistical: a sampling test whose size --full-stats raises")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
@@ -88,7 +88,7 @@ def eagle2_trace(tiny):
 def greedy_ar(tiny):
     """Greedy AR on the embedded model for "cat face" at guidance 3: the one outcome every greedy method
     must reproduce, run once per worker for the seven tests that compare with it."""
+    from specviz.core.settings import SamplingSettings
     from specviz.decoding import run
-    from specviz.models.settings import SamplingSettings
 
     return run(tiny, "ar", "cat face", seed=0, sampling=SamplingSettings(temperature=0, guidance_scale=3.0))

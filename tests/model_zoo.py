@@ -32,11 +32,17 @@ from transformers import (
     T5EncoderModel,
 )
 
-from specviz.models.chameleon import AnoleModel, ChameleonImageModel, LuminaMGPTModel
-from specviz.models.emu3 import Emu3Model, combine_log_softmax
-from specviz.models.janus import JanusProModel
-from specviz.models.llamagen import LlamaGenConfig, LlamaGenModel, LlamaGenTransformer, condition_mask, parse_class
-from specviz.models.llamagen_vq import VQDecoder, VQDecoderConfig
+from specviz.models.chameleon.adapter import AnoleModel, ChameleonImageModel, LuminaMGPTModel
+from specviz.models.emu3.adapter import Emu3Model, combine_log_softmax
+from specviz.models.janus.adapter import JanusProModel
+from specviz.models.llamagen.adapter import (
+    LlamaGenConfig,
+    LlamaGenModel,
+    LlamaGenTransformer,
+    condition_mask,
+    parse_class,
+)
+from specviz.models.llamagen.vq import VQDecoder, VQDecoderConfig
 from specviz.models.protocol import IMAGE_CELL, ImageModel
 from specviz.models.session import CombineFn, combine_guidance
 from specviz.models.tiny.adapter import TinyModel

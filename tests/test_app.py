@@ -17,8 +17,8 @@ from PIL import Image
 
 import specviz
 from specviz import metrics, viz
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import METHODS, run
-from specviz.models.settings import SamplingSettings
 from specviz.ui.controls import PARAMETERS
 from specviz.ui.service import show
 
@@ -358,7 +358,7 @@ def test_compare_is_timed_as_the_race_is_and_states_its_settings(server, monkeyp
     """Compare re-times every run after all have run, as the race does (one shared function), so its
     seconds are the median of the repeats'; its note states prompt, seed and sampling, its table each
     method's parameters and the speedup's spread."""
-    import specviz.decoding.race as race
+    import specviz.measure.race as race
 
     first_run = race.repeat_passes
 
@@ -485,7 +485,7 @@ def test_inspect_opens_a_tree_run_at_its_deepest_path_and_steps_between_acceptan
 
 
 def test_sampling_controls_follow_the_model_without_loading_it(server, tiny):
-    from specviz.models.emu3 import Emu3Model
+    from specviz.models.emu3.adapter import Emu3Model
     from specviz.models.registry import MODELS
 
     client = Client(server, verbose=False)
@@ -523,7 +523,7 @@ def test_compare_with_no_method_is_one_line_in_the_log(server, capfd, caplog):
     ],
 )
 def test_server_address_honours_gradio_variables_before_port(environ, address):
-    from specviz.inputs import InputError
+    from specviz.core.inputs import InputError
     from specviz.ui import server_address
 
     assert server_address(environ) == address

@@ -2,8 +2,8 @@
 
 import numpy as np
 
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import run
-from specviz.models.settings import SamplingSettings
 
 
 def test_same_seed_same_tokens(tiny):

@@ -18,7 +18,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from specviz import cli
-from specviz.errors import ExportError
+from specviz.core.errors import ExportError
 from specviz.models.tiny import text
 from specviz.trace import Trace, TraceError
 from specviz.viz import frames

@@ -3,9 +3,9 @@ from them, so each method, figure and toy is declared once."""
 
 from dataclasses import fields
 
-from specviz.decoding.catalogue import CATALOGUE, MethodInfo
-from specviz.figure_options import FIGURE_KINDS
-from specviz.lossless_toys import TOY_DESCRIPTIONS
+from specviz.core.catalogue import CATALOGUE, MethodInfo
+from specviz.core.figure_options import FIGURE_KINDS
+from specviz.models.toys import TOY_DESCRIPTIONS
 
 
 def test_the_methods_are_the_catalogues_entries_with_the_loops_they_name():
@@ -34,14 +34,14 @@ def test_the_figures_drawn_are_the_catalogues():
 
 
 def test_the_toys_are_the_catalogues():
-    from specviz.models.toys import TOYS
+    from specviz.models.toys.discrete import TOYS
 
     assert list(TOYS) == list(TOY_DESCRIPTIONS)
 
 
 def test_every_entry_states_its_promise_and_parameters_by_type():
     """A misplaced argument in an entry (a class where the promise goes) would read as a truthy promise."""
-    from specviz.decoding.params import Parameters
+    from specviz.core.params import Parameters
 
     for info in CATALOGUE.values():
         assert isinstance(info.lossless, bool) and isinstance(info.lossless_when_greedy, bool), info.name

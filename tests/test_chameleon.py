@@ -10,14 +10,14 @@ from model_zoo import CHAMELEON_GRID as GRID
 from model_zoo import FAMILIES, chameleon_parts, chameleon_vq_config, image_token_name, uncached_greedy
 from transformers import ChameleonVQVAEConfig
 
+from specviz.core.errors import ModelUnavailable
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import run
 from specviz.models import hub
-from specviz.models.chameleon import VQGAN_ENV_VAR, AnoleModel, LuminaMGPTModel
-from specviz.models.errors import ModelUnavailable
+from specviz.models.chameleon.adapter import VQGAN_ENV_VAR, AnoleModel, LuminaMGPTModel
+from specviz.models.networks.vqgan import VQGANDecoder
 from specviz.models.protocol import IMAGE_CELL
 from specviz.models.registry import MODELS
-from specviz.models.settings import SamplingSettings
-from specviz.models.vqgan import VQGANDecoder
 
 ROW_END = CODES  # Lumina-mGPT's row-end layout token as a method id
 JACOBI_FAMILY = ["jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd"]

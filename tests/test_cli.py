@@ -146,13 +146,6 @@ def test_figures_help_lists_only_the_figures_it_writes(capsys):
     assert not any(shown(kind) for kind in FIGURES if kind.draw is None)
 
 
-def test_race_repeats_as_the_app_times_a_race():
-    from specviz.cli import RACE_REPEATS
-    from specviz.decoding.race import TIMINGS
-
-    assert RACE_REPEATS == TIMINGS
-
-
 def _readme_synopsis() -> list[tuple[str, str]]:
     """(subcommand, the rest of its line) for each command of the README's command-line synopsis."""
     section = (Path(__file__).parents[1] / "README.md").read_text().split("\n## Command line\n", 1)[1]
@@ -171,7 +164,7 @@ def test_the_readmes_synopsis_agrees_with_the_parser():
     """Every subcommand and flag the README lists exists, and a literal value in brackets is the default
     (for a method parameter, its default for the methods the line names; of choices, the first)."""
     from specviz.cli import build_parser
-    from specviz.decoding.catalogue import CATALOGUE
+    from specviz.core.catalogue import CATALOGUE
 
     subcommands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     synopsis = _readme_synopsis()
@@ -204,7 +197,7 @@ def test_the_readmes_synopsis_agrees_with_the_parser():
 def test_a_continuous_method_is_checked_with_2000_samples_by_default(monkeypatch, capsys):
     """20,000 (the discrete default) made the energy test's distance matrix 40,000 x 40,000 (12.8 GB)."""
     import specviz.cli as cli
-    import specviz.continuous_lossless as continuous_lossless
+    import specviz.measure.continuous_lossless as continuous_lossless
 
     asked = []
 
@@ -221,7 +214,7 @@ def test_a_continuous_method_is_checked_with_2000_samples_by_default(monkeypatch
 def test_pass_cost_says_when_its_timings_cannot_be_right(monkeypatch, capsys):
     """Measured under load: a 17-token pass at 0.9x a one-token pass, printed without a word."""
     import specviz.cli as cli
-    import specviz.decoding.cost as cost
+    import specviz.measure.cost as cost
 
     measured = [cost.PassCost(1, 10.0, 1.0, 9.0, 31.0), cost.PassCost(17, 9.0, 0.9, 8.5, 9.5)]
     monkeypatch.setattr(cost, "pass_costs", lambda *args: measured)
@@ -236,7 +229,7 @@ def test_pass_cost_says_when_its_timings_cannot_be_right(monkeypatch, capsys):
 @pytest.mark.parametrize("text", ["٢٠٧", "golden retriever (٢٠٧)", "２０７"])
 def test_class_indices_take_the_digits_0_to_9_only(text):
     """A regular expression's \\d, like int(), takes every script's digits."""
-    from specviz.inputs import InputError
+    from specviz.core.inputs import InputError
     from specviz.models.imagenet import parse_class
 
     assert parse_class("207", 1000) == parse_class("golden retriever", 1000) == 207

@@ -12,10 +12,11 @@ from safetensors.torch import load_file, save_file
 
 import specviz.decoding.cspd_exact as cspd_exact
 from specviz import metrics
-from specviz.continuous_lossless import check_continuous, energy_test, method_samples
+from specviz.core.errors import ModelUnavailable
+from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.decoding.runner import run
-from specviz.models.continuous_toy import ContinuousToy
-from specviz.models.diffusion_head import (
+from specviz.measure.continuous_lossless import check_continuous, energy_test, method_samples
+from specviz.models.networks.diffusion_head import (
     TRAINING_STEPS,
     DenoiserMLP,
     DiffusionHead,
@@ -23,17 +24,16 @@ from specviz.models.diffusion_head import (
     diffusion_loss,
     transition_moments,
 )
-from specviz.models.errors import ModelUnavailable
 from specviz.models.protocol import UnsupportedMethod
 from specviz.models.registry import get_entry
-from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny_continuous.adapter import ASSETS as CONTINUOUS_ASSETS
 from specviz.models.tiny_continuous.adapter import TinyContinuousModel
 from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
 from specviz.models.tiny_continuous.projection import PatchProjection
-from specviz.models.tiny_continuous.train import distillation_loss
+from specviz.models.toys.continuous import ContinuousToy
 from specviz.stage.recognition import drawn, load_embedded, recognition
 from specviz.trace import Trace, TraceError
+from specviz.training.tiny_continuous import distillation_loss
 
 SMALL = ContinuousConfig(
     rows=4, cols=4, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, head_width=32, head_blocks=1,
@@ -168,7 +168,7 @@ def test_the_backbone_reads_noised_tokens_while_the_head_learns_the_clean_ones(m
 
 
 def test_caption_vectors_encode_each_distinct_caption_once_and_come_back_from_the_cache(tmp_path, monkeypatch):
-    import specviz.models.tiny.train as tiny_train
+    import specviz.training.tiny as tiny_train
 
     encoded = []
 
@@ -342,7 +342,7 @@ def test_missing_or_mismatched_weights_say_what_is_wrong(tmp_path):
         TinyContinuousModel.load(tmp_path)
 
 
-# Proof by measurement on the continuous toy (specviz.continuous_lossless): 2,000 sequences per side.
+# Proof by measurement on the continuous toy (specviz.measure.continuous_lossless): 2,000 sequences per side.
 
 
 def test_cspd_exact_samples_the_targets_distribution():
@@ -367,7 +367,7 @@ def test_a_broken_resampling_is_detected(monkeypatch):
 
 def test_one_step_of_cspd_exact_on_the_shipped_pair_matches_the_target():
     """The trained heads themselves: a step at a background cell, repeated 1,000 times (acceptance about 0.13)."""
-    from specviz.continuous_lossless import token_check
+    from specviz.measure.continuous_lossless import token_check
 
     report = token_check(TinyContinuousModel.load(), "cspd-exact", "red apple", 3, samples=1000)
     assert report.matches and report.acceptance > 0.03, report.summary()
@@ -376,7 +376,7 @@ def test_one_step_of_cspd_exact_on_the_shipped_pair_matches_the_target():
 def test_a_session_that_keeps_rejected_drafts_in_its_cache_is_caught(monkeypatch):
     """The toy's sessions read their prefix from a cache, as a KV cache model does: one never cropped
     conditions on rejected drafts, and its prefix runs past the sequence's end."""
-    from specviz.models.continuous_toy import ToySession
+    from specviz.models.toys.continuous import ToySession
 
     monkeypatch.setattr(ToySession, "_crop", lambda self, length: None)
     with pytest.raises(IndexError):
@@ -430,7 +430,7 @@ def test_a_discrete_run_in_a_continuous_view_says_why_it_is_empty(tiny):
 
 
 def test_the_cspd_sweep_measures_alpha_passes_and_the_cost_ratio(pair):
-    from specviz.bench_continuous import predicted_speedup, sweep
+    from specviz.measure.bench_continuous import predicted_speedup, sweep
 
     report = sweep(pair, ["red apple"], [0], pair.default_sampling, [2, 4], [0.0, 0.15], cost_rounds=2)
     assert [(r.method, r.gamma, r.prefill) for r in report.rows][:2] == [("cspd", 2, 0.0), ("cspd", 2, 0.15)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specviz.cli import main
-from specviz.decoding.cost import PassCost, cost_sentence, pass_costs
+from specviz.measure.cost import PassCost, cost_sentence, pass_costs
 from specviz.viz import pass_cost_figure
 
 

@@ -15,10 +15,10 @@ import torch
 
 from specviz.decoding import METHODS, run
 from specviz.decoding.registry import get_method
-from specviz.decoding.syncs import hidden_reads
-from specviz.lossless import check_lossless
+from specviz.measure.lossless import check_lossless
+from specviz.measure.syncs import hidden_reads
+from specviz.models.fast.shadow import ShadowedModel
 from specviz.models.registry import load_model
-from specviz.models.shadow import ShadowedModel
 from specviz.trace import Trace
 
 pytestmark = [
@@ -61,7 +61,7 @@ def tiny_cuda_fast():
 @pytest.mark.parametrize("fast", [False, True], ids=["plain", "fast path"])
 @pytest.mark.parametrize("method", DISCRETE)
 def test_passes_make_no_sync_but_the_intended_ones(tiny_cuda, tiny_cuda_fast, method, fast):
-    """`torch.cuda.set_sync_debug_mode("error")` raises at any synchronisation outside `specviz.syncing`
+    """`torch.cuda.set_sync_debug_mode("error")` raises at any synchronisation outside `specviz.models.syncing`
     (on the fast path a graph's capture is one, once per width)."""
     spec = get_method(method)
     params = spec.resolve(_settings(method))

@@ -131,7 +131,7 @@ def test_recognition_by_emoji_counts_another_skin_tone_of_the_same_emoji(monkeyp
 
 def test_the_recognition_command_samples_at_the_guidance_and_temperature_it_is_given(monkeypatch, capsys):
     import specviz.stage.recognition as measure
-    from specviz.models.settings import SamplingSettings
+    from specviz.core.settings import SamplingSettings
     from specviz.stage.recognition import Recognition
 
     class Model:
@@ -159,7 +159,7 @@ def test_a_training_run_resumed_from_its_checkpoint_continues_exactly(tmp_path):
     """Weights, Adam's moments, the kept weights and the generator's state come back, so a run stopped after
     two steps and resumed ends where the uninterrupted run does."""
     from specviz.models.tiny.network import TinyConfig, TinyTextToImage
-    from specviz.models.tiny.train import adamw, load_checkpoint, save_checkpoint
+    from specviz.training.tiny import adamw, load_checkpoint, save_checkpoint
 
     config = TinyConfig(vocab_size=16, rows=2, cols=2, hidden_size=64, num_layers=1, num_heads=1, intermediate_size=96)
 

@@ -8,16 +8,16 @@ import shutil
 import pytest
 import torch
 
+from specviz.core.errors import ModelUnavailable
 from specviz.decoding import run
 from specviz.decoding.drafters import Frontier, HeadDrafter
-from specviz.models.draft_head import DraftHead
-from specviz.models.errors import ModelUnavailable
+from specviz.models.networks.draft_head import DraftHead
 from specviz.models.protocol import UnsupportedMethod, capabilities
 from specviz.models.tiny.adapter import ASSETS, TinyModel
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny.tokenizer import PatchTokenizer
-from specviz.models.tiny.train_head import head_losses, target_features
-from specviz.models.toys import LlamaToyModel
+from specviz.models.toys.discrete import LlamaToyModel
+from specviz.training.tiny_head import head_losses, target_features
 
 
 def test_tree_levels_see_the_committed_entries_and_their_own_ancestors_only():

@@ -9,13 +9,13 @@ from model_zoo import EMU3_COLS as COLS
 from model_zoo import EMU3_ROWS as ROWS
 from model_zoo import FAMILIES, emu3_wrap
 
+from specviz.core.errors import ModelUnavailable
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import run
 from specviz.models import hub
-from specviz.models.emu3 import ENV_VAR, Emu3Model
-from specviz.models.errors import ModelUnavailable
+from specviz.models.emu3.adapter import ENV_VAR, Emu3Model
 from specviz.models.protocol import IMAGE_CELL
 from specviz.models.registry import MODELS
-from specviz.models.settings import SamplingSettings
 
 SEQ_LEN = ROWS * (COLS + 1)
 EOL = CODES  # method id of the end-of-line layout token

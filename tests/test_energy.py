@@ -4,8 +4,8 @@ statistics and p-values the whole distance matrix gave."""
 import pytest
 import torch
 
-import specviz.continuous_lossless as continuous_lossless
-from specviz.continuous_lossless import PERMUTATIONS, energy_test
+import specviz.measure.continuous_lossless as continuous_lossless
+from specviz.measure.continuous_lossless import PERMUTATIONS, energy_test
 
 
 def _whole_matrix_energy_test(x: torch.Tensor, y: torch.Tensor, generator: torch.Generator) -> tuple[float, float]:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import run
-from specviz.models.settings import SamplingSettings
 from specviz.trace import Trace
 
 DATA = Path(__file__).parent / "data"
@@ -137,7 +137,7 @@ def test_one_host_read_per_window_pass(tiny, method, monkeypatch):
 
 
 def _hidden_reads_of_passes(model, method: str, settings: dict, passes: int = 3) -> int:
-    from specviz.decoding.syncs import hidden_reads
+    from specviz.measure.syncs import hidden_reads
 
     return hidden_reads(model, method, settings, passes)
 

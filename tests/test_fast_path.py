@@ -1,4 +1,4 @@
-"""The fast path for small models (`specviz.models.fixed_passes`): a static cache and passes padded to
+"""The fast path for small models (`specviz.models.fast.fixed_passes`): a static cache and passes padded to
 fixed widths give every method the plain path's distributions, pass by pass.
 
 On the CPU the padded passes run without CUDA graphs; tests/test_cuda.py runs the same checks with them."""
@@ -9,12 +9,12 @@ import pytest
 import torch
 from test_unchanged import random_tiny
 
+from specviz.core.errors import ModelUnavailable, UnsupportedMethod
 from specviz.decoding import METHODS, run
-from specviz.decoding.syncs import hidden_reads
-from specviz.models.errors import ModelUnavailable, UnsupportedMethod
-from specviz.models.fixed_passes import pass_width
+from specviz.measure.syncs import hidden_reads
+from specviz.models.fast.fixed_passes import pass_width
+from specviz.models.fast.shadow import ShadowedModel, ShadowedSession
 from specviz.models.registry import load_model
-from specviz.models.shadow import ShadowedModel, ShadowedSession
 from specviz.models.tiny.adapter import TinyModel
 
 DISCRETE = [name for name, method in METHODS.items() if method.iterate is not None]

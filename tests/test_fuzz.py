@@ -16,7 +16,7 @@ import pytest
 from safetensors.torch import save_file
 
 from specviz import cli
-from specviz.inputs import brief
+from specviz.core.inputs import brief
 from specviz.trace import Trace, TraceError
 
 MAX_LINE = 1000  # characters of a refusal's one line
@@ -314,7 +314,7 @@ CONTINUOUS_WEIGHTS_MESSAGES = {
 
 
 def test_each_way_a_weights_folder_is_wrong_gets_its_own_message(tmp_path):
-    from specviz.models.errors import ModelUnavailable
+    from specviz.core.errors import ModelUnavailable
     from specviz.models.tiny.adapter import TinyModel
     from specviz.models.tiny_continuous.adapter import TinyContinuousModel
 

@@ -7,7 +7,7 @@ import pytest
 
 from specviz.cli import main
 from specviz.decoding.registry import METHODS
-from specviz.gpu_report import plan_for
+from specviz.measure.gpu_report import plan_for
 
 pytestmark = pytest.mark.xdist_group("gpu-report")  # one worker builds the reduced report, once
 
@@ -103,7 +103,7 @@ def test_the_release_shapes_have_the_releases_sizes():
     """Built on the meta device (no memory): each decoder, without its LM head, has its release's size:
     LLaMA-7B's 6.74 B with Chameleon's 65,536 or DeepSeek-LLM's 102,400 embeddings, Emu3's 8.49 B less
     its 0.76 B head, LlamaGen GPT-XL's 775 M (its paper's table) less its 21 M output layer."""
-    from specviz.shapes import ShapeModel, decoder_parameters, release_shapes
+    from specviz.measure.shapes import ShapeModel, decoder_parameters, release_shapes
 
     expected = {"lumina-mgpt-7b": 6.75e9, "anole-7b": 6.75e9, "janus-pro-7b": 6.49e9, "emu3-8b": 7.74e9}
     expected["llamagen-xl"] = 0.775e9 - 16384 * 1280
@@ -126,7 +126,7 @@ def test_a_budget_keeps_what_was_measured_and_lists_what_was_not(tmp_path, capsy
 
 
 def test_a_step_that_fails_is_recorded_and_the_report_goes_on(tmp_path, monkeypatch):
-    from specviz import gpu_report as module
+    from specviz.measure import gpu_report as module
 
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -142,7 +142,7 @@ def test_a_step_that_fails_is_recorded_and_the_report_goes_on(tmp_path, monkeypa
 
 def test_prompts_cuts_the_benches_to_the_plans_first_prompts(tmp_path, capsys, monkeypatch):
     """A short lease runs a whole section over fewer prompts rather than lose it to the call's limit."""
-    from specviz import gpu_report as module
+    from specviz.measure import gpu_report as module
 
     monkeypatch.setattr(module, "host_read_rows", lambda model, methods: [])  # the bench is what is looked at
     plan = module.Plan(("red apple", "cat face"), (0,), 1, (1,), ("tiny",), ("ar",), shapes=(), mar=(), fast_prompts=0)

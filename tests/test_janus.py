@@ -12,12 +12,12 @@ from model_zoo import JANUS_HIDDEN as HIDDEN
 from model_zoo import JANUS_PAD as PAD
 from transformers import JanusForConditionalGeneration
 
+from specviz.core.errors import ModelUnavailable
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import run
 from specviz.models import hub
-from specviz.models.errors import ModelUnavailable
-from specviz.models.janus import ENV_VAR, JanusProModel
+from specviz.models.janus.adapter import ENV_VAR, JanusProModel
 from specviz.models.registry import MODELS
-from specviz.models.settings import SamplingSettings
 
 PROMPTS = ["a red apple", "smiling cat on the moon"]
 JACOBI_FAMILY = ["jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd"]

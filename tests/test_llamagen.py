@@ -12,12 +12,19 @@ from model_zoo import LLAMAGEN_CLASSES as CLASSES
 from model_zoo import LLAMAGEN_CODES as CODES
 from model_zoo import LLAMAGEN_VQ as VQ_CONFIG
 
+from specviz.core.errors import ModelUnavailable
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import run
-from specviz.models import hub, llamagen
-from specviz.models.errors import ModelUnavailable
-from specviz.models.llamagen import LlamaGenModel, LlamaGenTransformer, apply_rotary, parse_class, rotary_table_2d
+from specviz.models import hub
+from specviz.models.llamagen import adapter as llamagen
+from specviz.models.llamagen.adapter import (
+    LlamaGenModel,
+    LlamaGenTransformer,
+    apply_rotary,
+    parse_class,
+    rotary_table_2d,
+)
 from specviz.models.registry import MODELS
-from specviz.models.settings import SamplingSettings
 
 JACOBI_FAMILY = ["jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd"]
 IMAGE = 4 * VQ_CONFIG.downsampling  # 4x4 grid, 2x upsampling: 8 px

@@ -1,6 +1,6 @@
 """Lossless means lossless: empirical joint distributions against exact AR probabilities.
 
-Each lossless method samples many images from an enumerable toy (specviz.lossless: `short`,
+Each lossless method samples many images from an enumerable toy (specviz.measure.lossless: `short`,
 `long` whose drafts are carried through two or more passes, and `llama`, a real transformers model
 with a real DynamicCache at temperature 0.8, top-p 0.9, guidance 2) and must pass a chi-square test
 at significance 1e-3. With `--full-stats` each method's main configuration draws 20,000 images;
@@ -20,12 +20,12 @@ the toy's logit scale 1.5, 7e-6 to 7e-5 at 2.0 and 8e-9 to 1e-4 at 2.5.
 import pytest
 import torch
 
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import run, scd_mc
-from specviz.lossless import SIGNIFICANCE, check_lossless, exact_distribution
+from specviz.measure.lossless import SIGNIFICANCE, check_lossless, exact_distribution
 from specviz.models.protocol import IMAGE_CELL
 from specviz.models.session import CachedSession
-from specviz.models.settings import SamplingSettings
-from specviz.models.toys import TOYS
+from specviz.models.toys.discrete import TOYS
 
 pytestmark = pytest.mark.statistical
 # images per test: (full, reduced); a tree pass costs more Python per sample
@@ -338,7 +338,7 @@ def test_only_the_llama_toy_runs_on_another_device():
 
 
 def test_the_llama_toy_on_a_named_device_draws_the_same_network():
-    from specviz.models.toys import LlamaToyModel
+    from specviz.models.toys.discrete import LlamaToyModel
 
     here, named = LlamaToyModel(), LlamaToyModel(device="cpu")
     sequence = [0, 1, 3, 2, 0, 3]

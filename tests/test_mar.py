@@ -13,17 +13,17 @@ import torch
 from safetensors.torch import save_file
 
 from specviz.cli import main
+from specviz.core.errors import ModelUnavailable
+from specviz.core.inputs import InputError
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.runner import run
-from specviz.inputs import InputError
 from specviz.metrics import cell_of_position
-from specviz.models.errors import ModelUnavailable
 from specviz.models.imagenet import class_label, parse_class
 from specviz.models.mar.adapter import MarPair, read_network, read_vae
 from specviz.models.mar.network import Mar, MarConfig, official_state_dict
 from specviz.models.mar.vae import LATENT_SCALE, KLDecoder
 from specviz.models.protocol import UnsupportedMethod, decode_in_order
 from specviz.models.registry import load_model
-from specviz.models.settings import SamplingSettings
 from specviz.trace import Trace
 
 SMALL = MarConfig(

@@ -3,14 +3,14 @@
 import pytest
 import torch
 
+from specviz.core.params import INIT_STRATEGIES, WindowParameters
+from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.decoding import METHODS, run
 from specviz.decoding.gsd import dynamic_groups
-from specviz.decoding.params import INIT_STRATEGIES, WindowParameters
 from specviz.decoding.sampling import gumbel_noise, maximal_coupling, nearest_tokens, residual
-from specviz.lossless import check_lossless
+from specviz.measure.lossless import check_lossless
 from specviz.models.protocol import UnsupportedMethod
-from specviz.models.settings import SamplingSettings, SettingsError
-from specviz.models.toys import ToyModel
+from specviz.models.toys.discrete import ToyModel
 from specviz.trace import Trace
 
 WINDOW_METHODS = [name for name, method in METHODS.items() if issubclass(method.parameters, WindowParameters)]

@@ -8,8 +8,8 @@ import pytest
 from specviz import metrics
 from specviz.decoding import METHODS, run
 from specviz.models.registry import get_entry, load_model
-from specviz.presets import PRESET_BY_KEY, PRESETS
 from specviz.ui.controls import PARAMETERS, methods_for, preset_controls
+from specviz.ui.presets import PRESET_BY_KEY, PRESETS
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda preset: preset.key)

@@ -1,4 +1,4 @@
-"""The shipped benchmark prompt sets (specviz.prompt_sets): each file parsed and counted, its categories,
+"""The shipped benchmark prompt sets (specviz.measure.prompt_sets): each file parsed and counted, its categories,
 and `bench --prompts NAME --limit N --category C`."""
 
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 
 from specviz.cli import main
-from specviz.inputs import PromptFileError
-from specviz.prompt_sets import FOLDER, SHIPPED, load_prompt_set
+from specviz.core.inputs import PromptFileError
+from specviz.measure.prompt_sets import FOLDER, SHIPPED, load_prompt_set
 
 PARTI_CATEGORIES = [
     "Abstract", "Animals", "Artifacts", "Arts", "Food & Beverage", "Illustrations", "Indoor Scenes",

@@ -1,4 +1,4 @@
-"""The race scheduler and its clocks (specviz.decoding.race), the `race` command, the speedup's spread,
+"""The race scheduler and its clocks (specviz.measure.race), the `race` command, the speedup's spread,
 the nearest known caption for free text, and a replayed race's pair of traces."""
 
 import re
@@ -6,12 +6,13 @@ import re
 import numpy as np
 import pytest
 
-import specviz.decoding.race as race
+import specviz.measure.race as race
 from specviz.cli import main
+from specviz.core.inputs import InputError
+from specviz.core.settings import SettingsError
+from specviz.core.timing import timings_wanted
 from specviz.decoding import run
-from specviz.inputs import InputError
 from specviz.metrics import Speedup, timed_speedup
-from specviz.models.settings import SettingsError
 from specviz.trace import Trace, TraceError
 from specviz.viz.narration import spread_text
 
@@ -107,10 +108,10 @@ def test_a_round_timed_inside_a_playback_sees_the_viewers_drawing(tiny, short_ru
 def test_the_deployment_chooses_how_often_runs_are_timed(monkeypatch, value, ok):
     monkeypatch.setenv("SPECVIZ_TIMINGS", value)
     if ok:
-        assert race.timings_wanted() == int(value)
+        assert timings_wanted() == int(value)
     else:
         with pytest.raises(InputError, match="SPECVIZ_TIMINGS must be a whole number from 1 to 20"):
-            race.timings_wanted()
+            timings_wanted()
 
 
 def test_the_speedup_spread_pairs_repeats_and_reads_as_people_say_it(short_run):

@@ -14,9 +14,9 @@ from gradio_client import Client
 from test_app import RACE, _controls
 from test_endpoints import RawClient
 
+from specviz.core.catalogue import CATALOGUE
+from specviz.core.params import PeanutParameters, TreeParameters
 from specviz.decoding.budget import MemoryBudgetError, check_pass_memory, memory_ceiling
-from specviz.decoding.catalogue import CATALOGUE
-from specviz.decoding.params import PeanutParameters, TreeParameters
 from specviz.ui.service import MAX_REQUEST_FILES, Deadline, OverBudget, files_problem
 
 pytestmark = pytest.mark.xdist_group("app")  # one launched app per test run

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from specviz.bench_report import load
 from specviz.cli import main
-from specviz.inputs import FolderError
-from specviz.sharded import Folder, units
+from specviz.core.inputs import FolderError
+from specviz.measure.bench_report import load
+from specviz.measure.sharded import Folder, units
 
 PROMPT = "red apple"
 METHODS = ["ar", "sjd"]
@@ -29,7 +29,7 @@ PROMPTS_LINE_LIMIT = 1000  # characters of a refusal's one line
 
 
 def _metrics(method: str) -> dict:
-    """A run's numbers on a 2x2 grid, as specviz.bench.job_metrics writes them."""
+    """A run's numbers on a 2x2 grid, as specviz.measure.bench.job_metrics writes them."""
     drafted = method != "ar"
     metrics = {
         "method": method,
@@ -157,7 +157,7 @@ def test_a_valid_folder_reads_and_reports(folder, prompts, capsys):
 
 
 def _units_arguments(prompts: Path):
-    from specviz.prompt_sets import load_prompt_set
+    from specviz.measure.prompt_sets import load_prompt_set
 
     return load_prompt_set(str(prompts)), [0], METHODS
 
@@ -403,7 +403,7 @@ def test_a_clip_folder_without_a_model_is_refused_in_one_line(folder, tmp_path, 
 
 def test_images_are_read_as_the_folder_is(folder, tmp_path):
     """The CLIP scorer reads each job's image inside the folder, never through a link, bounded."""
-    from specviz.quality import read_image
+    from specviz.measure.quality import read_image
 
     (folder / "images" / "ar").mkdir(parents=True)
     (folder / "images" / "ar" / "00000-s0.png").symlink_to("/dev/zero")

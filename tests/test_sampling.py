@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.core.settings import SamplingSettings, SettingsError
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, -1.0, 0.0]])
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from specviz.bench_report import load, method_rows
 from specviz.cli import main
-from specviz.inputs import InputError
-from specviz.sharded import Launch, launch_from, rank_device, units
+from specviz.core.inputs import InputError
+from specviz.measure.bench_report import load, method_rows
+from specviz.measure.sharded import Launch, launch_from, rank_device, units
 
 pytestmark = pytest.mark.xdist_group("sharded")  # one worker: the two-process run wants both cores
 PROMPTS = ["red apple", "rocket", "sun"]
@@ -60,7 +60,7 @@ def test_the_launchers_variables_place_a_rank():
 
 
 def test_every_unit_runs_ar_first_and_each_job_once():
-    from specviz.prompt_sets import BenchPrompt
+    from specviz.measure.prompt_sets import BenchPrompt
 
     jobs = units([BenchPrompt("a", "x"), BenchPrompt("b", "y")], [0, 1], ["sjd", "ar", "scd-mc"])
     assert [[job.method for job in unit] for unit in jobs] == [["ar", "sjd", "scd-mc"]] * 4
@@ -85,7 +85,7 @@ def test_one_process_writes_every_job_and_a_restart_redoes_none(one_process, pro
 
 
 def test_a_failing_job_is_recorded_and_redone_on_restart(tmp_path, prompt_file, monkeypatch, capsys):
-    import specviz.sharded as sharded
+    import specviz.measure.sharded as sharded
 
     real_run = sharded.run
 
@@ -207,7 +207,7 @@ def test_the_report_gives_each_methods_clip_score_with_a_local_clip_model(one_pr
     import torch
     from PIL import Image
 
-    from specviz.quality import cosines, load_clip
+    from specviz.measure.quality import cosines, load_clip
 
     weights = _tiny_clip(tmp_path / "clip")
     assert main(["bench-report", str(one_process), "--format", "png", "--clip", str(weights)]) == 0

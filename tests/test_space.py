@@ -126,7 +126,7 @@ def test_a_race_on_a_gpu_model_runs_in_one_gpu_call_and_one_on_the_cpu_in_none(m
     """With `tiny` taken for a GPU model, the race enters spaces.GPU once, asks for a duration computed
     from the request (at most three passes per token: AR's, the method's and a draft's; slow motion's
     pauses) and sends only values that cross processes; on the CPU model, as it is, nothing takes a slot."""
-    from specviz.models.settings import SamplingSettings
+    from specviz.core.settings import SamplingSettings
     from specviz.ui import race as race_tab
     from specviz.ui.controls import RunRequest
     from specviz.ui.race import race_seconds

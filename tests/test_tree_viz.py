@@ -21,10 +21,10 @@ import pytest
 from PIL import Image, ImageColor
 
 import specviz
-from specviz import bench as bench_module
-from specviz.bench import bench
 from specviz.cli import main
 from specviz.decoding import run
+from specviz.measure import bench as bench_module
+from specviz.measure.bench import bench
 from specviz.metrics import (
     acceptance_maps,
     cell_of_position,

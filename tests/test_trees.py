@@ -6,13 +6,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from specviz.core.params import PeanutParameters, TreeParameters
+from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.decoding import METHODS, run
 from specviz.decoding.drafters import _write
-from specviz.decoding.params import PeanutParameters, TreeParameters
 from specviz.decoding.peanut import PeanutShape
 from specviz.decoding.tree import TreeShape, sibling_acceptance, sibling_order
 from specviz.models.protocol import IMAGE_CELL, Geometry
-from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import Trace
 
 SMALL_TREES = {"tree_tokens": 20}  # a tree pass on CPU costs about its node count in tokens

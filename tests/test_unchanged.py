@@ -1,6 +1,6 @@
 """Behaviour unchanged: a fixed set of runs gives the tokens and passes it gave when the file was written.
 
-Every method on every toy model (`specviz.models.toys`, `specviz.models.continuous_toy`) and on a small
+Every method on every toy model (`specviz.models.toys.discrete`, `specviz.models.toys.continuous`) and on a small
 random-weight `tiny` of an 8 x 8 grid, each at two seeds, records its committed tokens per pass (a
 continuous run its values, to 4 decimals). A refactoring of the loops, sessions or runner must leave
 them as they were; a change meant to alter behaviour re-writes the file on purpose:
@@ -14,14 +14,14 @@ from pathlib import Path
 import torch
 
 from specviz.decoding import METHODS, run
-from specviz.lossless import TOY_PARAMETERS
-from specviz.models.continuous_toy import ContinuousToy
-from specviz.models.draft_head import DraftHead
+from specviz.measure.lossless import TOY_PARAMETERS
+from specviz.models.networks.draft_head import DraftHead
 from specviz.models.protocol import UnsupportedMethod
 from specviz.models.tiny.adapter import TinyModel
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny.tokenizer import PatchTokenizer
-from specviz.models.toys import TOYS
+from specviz.models.toys.continuous import ContinuousToy
+from specviz.models.toys.discrete import TOYS
 
 RECORDED = Path(__file__).with_name("unchanged_runs.json")
 SEEDS = (0, 1)

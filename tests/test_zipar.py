@@ -9,13 +9,13 @@ import pytest
 import torch
 from model_zoo import FAMILIES
 
+from specviz.core.params import ZiparParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import run
-from specviz.decoding.params import ZiparParameters
 from specviz.decoding.zipar import decision_geometry, row_spans, schedule
 from specviz.metrics import acceptance_maps, grid_state
 from specviz.models.protocol import BLANK, IMAGE_CELL, Geometry, decode_in_order, in_raster_order
-from specviz.models.settings import SamplingSettings
-from specviz.models.toys import rows_with_end_slots
+from specviz.models.toys.discrete import rows_with_end_slots
 from specviz.trace import Trace, TraceError, TraceGeometry
 
 

@@ -1,14 +1,14 @@
 """Decoding methods, one file each; `run` turns any of them into a Trace.
 
 METHODS, `run` and the rest load the methods (and torch) on first use: the catalogue and the
-parameter classes (`specviz.decoding.catalogue`, `.params`) are light, and the command line reads
+parameter classes (`specviz.core.catalogue`, `.params`) are light, and the command line reads
 them before anything heavy is imported.
 """
 
 from importlib import import_module
 
-from specviz.decoding.catalogue import UnknownMethod
-from specviz.inputs import MAX_PROMPT_CHARS, PromptError
+from specviz.core.catalogue import UnknownMethod
+from specviz.core.inputs import MAX_PROMPT_CHARS, PromptError
 
 _HEAVY = {"METHODS": "registry", "Method": "registry", "get_method": "registry", "RunStream": "runner", "run": "runner"}
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.params import NoParameters
+from specviz.core.params import NoParameters
+from specviz.core.settings import SamplingSettings
 from specviz.models.protocol import Session
-from specviz.models.settings import SamplingSettings
-from specviz.syncing import read_to_host
+from specviz.models.syncing import read_to_host
 from specviz.trace import TokenRecord
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from fractions import Fraction
 
-from specviz.decoding.params import Parameters
-from specviz.models.settings import SettingsError
+from specviz.core.params import Parameters
+from specviz.core.settings import SettingsError
 
 MEMORY_ENV_VAR = "SPECVIZ_RUN_MEMORY_MB"  # a fixed ceiling in MB, for the command line and the app alike
 COMMAND_SHARE = 0.5  # a command on the user's own machine may take half of it for one pass

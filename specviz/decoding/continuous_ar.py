@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import torch
 
+from specviz.core.params import NoParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.denoising import alone
-from specviz.decoding.params import NoParameters
 from specviz.models.continuous import PairSession
-from specviz.models.settings import SamplingSettings
 from specviz.trace import ContinuousRecord
 
 

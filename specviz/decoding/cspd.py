@@ -27,11 +27,11 @@ from functools import partial
 
 import torch
 
+from specviz.core.params import SpeculativeParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.denoising import Verdict, draw, first_accepted, speculative_decoding
-from specviz.decoding.params import SpeculativeParameters
 from specviz.models.continuous import PairSession
-from specviz.models.diffusion_head import Path, gaussian_log_density
-from specviz.models.settings import SamplingSettings
+from specviz.models.networks.diffusion_head import Path, gaussian_log_density
 from specviz.trace import ContinuousRecord
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from specviz.decoding.params import Parameters
+from specviz.core.params import Parameters
+from specviz.core.settings import SamplingSettings
 from specviz.models.continuous import check_continuous_sampling
 from specviz.models.protocol import Geometry, ImageModel
-from specviz.models.settings import SamplingSettings
 from specviz.trace import ContinuousRecord, Iteration
 
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.decoding.params import SpeculativeParameters
+from specviz.core.params import SpeculativeParameters
+from specviz.core.settings import SamplingSettings
 from specviz.models.continuous import ContinuousSession, PairSession, sample_noise
-from specviz.models.diffusion_head import Path
-from specviz.models.settings import SamplingSettings
+from specviz.models.networks.diffusion_head import Path
 from specviz.trace import ContinuousRecord
 
 PATH_DECIMALS = 4

@@ -26,7 +26,7 @@ The rows are the model's own softmax, before temperature, top-k and top-p, as an
 confidences are: under greedy decoding the target is one-hot, but the runners-up of a nearby context
 are still the likeliest argmax here. Pairs live in a hash table of fixed size; a collision only costs a worse guess.
 
-`head` is EAGLE's: a trained draft head (`specviz.models.draft_head`) reads, for the token at position
+`head` is EAGLE's: a trained draft head (`specviz.models.networks.draft_head`) reads, for the token at position
 i, the target's feature at i - 1 and predicts the feature at i; the target's LM head turns it into the
 draft distribution of position i + 1. The head keeps its own KV cache over the committed image tokens,
 whose features come from the target's passes (exact), and drafts a tree level by level on its own
@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import torch
 from transformers import DynamicCache
 
-from specviz.decoding.params import DRAFTERS as DRAFTER_NAMES
+from specviz.core.params import DRAFTERS as DRAFTER_NAMES
 from specviz.models.protocol import Session, UnsupportedMethod, capabilities
 from specviz.models.session import combine_guidance
 

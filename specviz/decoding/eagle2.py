@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.params import TreeParameters
+from specviz.core.params import TreeParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.tree import FixedShape, TreeShape, run_tree
 from specviz.models.protocol import Session
-from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.decoding.params import INIT_STRATEGIES
+from specviz.core.params import INIT_STRATEGIES
 from specviz.models.protocol import IMAGE_CELL, Session
 
 # (draft distributions (m, V), their absolute positions (m,)) -> drafted tokens (m,)

@@ -22,11 +22,11 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.params import LanternParameters
+from specviz.core.params import LanternParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.sampling import leading_true, neighbour_table, next_exact_token, sample
 from specviz.decoding.window import Verdict, WindowPass, run_window
 from specviz.models.protocol import Session, token_vectors
-from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 

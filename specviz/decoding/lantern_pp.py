@@ -22,12 +22,12 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.params import StaticTreeLanternParameters
+from specviz.core.params import StaticTreeLanternParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.peanut import lantern_relaxation
 from specviz.decoding.sampling import neighbour_table
 from specviz.decoding.tree import FixedShape, TreeShape, run_tree
 from specviz.models.protocol import Session, token_vectors
-from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 # EAGLE-1's `mc_sim_7b_63`, the LANTERN code's default `--tree_choices`: each node by the ranks down to it

@@ -39,13 +39,13 @@ from collections.abc import Iterator
 
 import torch
 
+from specviz.core.params import PeanutLanternParameters, PeanutParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.initialisers import neighbour_positions
 from specviz.decoding.lantern import neighbourhood
-from specviz.decoding.params import PeanutLanternParameters, PeanutParameters
 from specviz.decoding.sampling import neighbour_table
 from specviz.decoding.tree import Relaxation, TreeShape, run_tree
 from specviz.models.protocol import Session, token_vectors
-from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 

@@ -7,14 +7,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
-from specviz.decoding.catalogue import CATALOGUE, MethodInfo, UnknownMethod, method_info
+from specviz.core.catalogue import CATALOGUE, MethodInfo, UnknownMethod, method_info
+from specviz.core.params import DraftedTreeParameters, Parameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.decoders import Decoder, TokenDecoder, VectorDecoder
 from specviz.decoding.drafters import check_needs
-from specviz.decoding.params import DraftedTreeParameters, Parameters
 from specviz.decoding.sampling import neighbour_table
-from specviz.models.continuous import is_continuous
-from specviz.models.protocol import Geometry, ImageModel, Session, UnsupportedMethod, token_vectors
-from specviz.models.settings import SamplingSettings
+from specviz.models.protocol import Geometry, ImageModel, Session, UnsupportedMethod, is_continuous, token_vectors
 from specviz.trace import ContinuousRecord, Iteration
 
 __all__ = ["CONTINUOUS_METHODS", "METHODS", "Method", "UnknownMethod", "get_method"]

@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
+from specviz.core.inputs import check_prompt, check_seed
+from specviz.core.params import Parameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.budget import check_pass_memory, memory_ceiling
-from specviz.decoding.params import Parameters
 from specviz.decoding.registry import get_method
-from specviz.inputs import check_prompt, check_seed
 from specviz.models.protocol import ImageModel
-from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration, Trace, TraceGeometry, TraceSampling
 
 

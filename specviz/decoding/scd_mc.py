@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import torch
 
-from specviz.decoding.params import WindowParameters
+from specviz.core.params import WindowParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.sampling import acceptance_ratio, leading_true, maximal_coupling, next_exact_token, sample
 from specviz.decoding.window import Verdict, WindowPass, run_window
 from specviz.models.protocol import Session
-from specviz.models.settings import SamplingSettings
 from specviz.trace import Iteration
 
 

@@ -61,14 +61,14 @@ from functools import cached_property
 
 import torch
 
-from specviz.decoding.params import SjdPacParameters
+from specviz.core.params import SjdPacParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.sampling import RESIDUAL_EPSILON, residual, sample, token_probs
 from specviz.decoding.tree import sibling_order
 from specviz.decoding.window import PassClock
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.session import TreeMask
-from specviz.models.settings import SamplingSettings
-from specviz.syncing import read_to_host
+from specviz.models.syncing import read_to_host
 from specviz.trace import DraftTree, Iteration, TokenRecord, TreeRecord
 
 

@@ -52,14 +52,14 @@ from typing import Protocol
 
 import torch
 
+from specviz.core.params import TreeParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.drafters import DRAFTERS, Drafter, Frontier, VerifiedPass
-from specviz.decoding.params import TreeParameters
 from specviz.decoding.sampling import RESIDUAL_EPSILON, sample
 from specviz.decoding.window import PassClock
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.session import TreeMask
-from specviz.models.settings import SamplingSettings
-from specviz.syncing import intended_sync, read_to_host
+from specviz.models.syncing import intended_sync, read_to_host
 from specviz.trace import DraftTree, Iteration, TokenRecord, TreeRecord
 
 FATES = ("untested", "rejected", "accepted")  # fate codes 0, 1, 2 on the device

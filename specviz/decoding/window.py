@@ -24,12 +24,12 @@ from typing import Any
 
 import torch
 
+from specviz.core.params import WindowParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.initialisers import INITIALISERS, Draw, SlotContext
-from specviz.decoding.params import WindowParameters
 from specviz.decoding.sampling import sample, token_probs
 from specviz.models.protocol import IMAGE_CELL, Session
-from specviz.models.settings import SamplingSettings
-from specviz.syncing import read_to_host
+from specviz.models.syncing import read_to_host
 from specviz.trace import Iteration, TokenRecord, WindowRecord
 
 RESIDUAL_TOP = 6  # tokens recorded at a rejected position, enough to draw its residual

@@ -41,11 +41,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from specviz.decoding.params import ZiparParameters
+from specviz.core.params import ZiparParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding.sampling import sample
 from specviz.models.protocol import IMAGE_CELL, Geometry, Session
-from specviz.models.settings import SamplingSettings
-from specviz.syncing import intended_sync, read_to_host
+from specviz.models.syncing import intended_sync, read_to_host
 from specviz.trace import RowsRecord
 
 

@@ -3,7 +3,7 @@
 A continuous-token AR model (MAR and its successors) samples each token with a small diffusion
 head: the backbone turns the prefix into a condition z per position, the head denoises Gaussian
 noise into the token given z. So a session returns conditions, not logits, and methods sample and
-evaluate densities through the model's `DiffusionHead` (`specviz.models.diffusion_head`).
+evaluate densities through the model's `DiffusionHead` (`specviz.models.networks.diffusion_head`).
 
 - `ContinuousSession`: one generation in progress. `next_condition` (1, G, H) is the condition of
   position `position` given the committed prefix; `forward(vectors)` appends n tokens (n, d) after
@@ -31,9 +31,9 @@ from typing import Protocol, runtime_checkable
 import torch
 from PIL import Image
 
-from specviz.models.diffusion_head import DiffusionHead, Guidance
+from specviz.core.settings import SamplingSettings, SettingsError
+from specviz.models.networks.diffusion_head import DiffusionHead, Guidance
 from specviz.models.protocol import Geometry
-from specviz.models.settings import SamplingSettings, SettingsError
 
 
 class ContinuousSession:
@@ -124,11 +124,6 @@ class ContinuousPair(Protocol):
     def session(self, prompt: str, guidance_scale: float, seed: int = 0) -> PairSession: ...
 
     def decode(self, vectors: torch.Tensor | list) -> Image.Image: ...
-
-
-def is_continuous(model: object) -> bool:
-    """A model whose tokens are vectors declares their size, `token_dim`; discrete models have ids."""
-    return isinstance(getattr(model, "token_dim", None), int)
 
 
 def check_continuous_sampling(sampling: SamplingSettings) -> None:

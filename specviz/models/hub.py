@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from specviz.models.errors import ModelUnavailable
+from specviz.core.errors import ModelUnavailable
 from specviz.models.protocol import BLANK, Geometry
 
 GIB = 1024**3

@@ -12,7 +12,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from specviz.inputs import InputError, brief
+from specviz.core.inputs import InputError, brief
 
 CLASS_FILE = Path(__file__).resolve().parents[1] / "data" / "imagenet_classes.txt"
 # the default prompts of a benchmark on a class-conditional model: golden retriever, macaw, volcano, goldfish

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from specviz.models.errors import UnsupportedMethod
-from specviz.models.settings import SamplingSettings
+from specviz.core.errors import UnsupportedMethod
+from specviz.core.settings import SamplingSettings
 
 IMAGE_CELL = -1  # layout entry of a position that holds an image token
 BLANK = 224  # grey of cells not generated yet, visible against the emoji's white background
@@ -139,12 +139,15 @@ class ImageModel(Protocol):
         ...
 
 
+def is_continuous(model: object) -> bool:
+    """A model whose tokens are vectors declares their size, `token_dim`; discrete models have ids."""
+    return isinstance(getattr(model, "token_dim", None), int)
+
+
 def decode_in_order(model: ImageModel, tokens: list | torch.Tensor, order: Sequence[int] | None) -> Image.Image:
     """`model.decode` of tokens generated in a given cell order: a random-order model's run (its
     decoder takes the order), or a discrete run decided out of raster order (ZipAR); a raster run has
     none, and every model decodes it."""
-    from specviz.models.continuous import is_continuous  # here: the continuous protocol imports this one
-
     if order is None:
         return model.decode(tokens)
     if is_continuous(model):

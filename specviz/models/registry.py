@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specviz.inputs import brief, look_up, shown_path
-from specviz.models.errors import ModelUnavailable, UnknownModel
-from specviz.models.settings import SamplingSettings
+from specviz.core.errors import ModelUnavailable, UnknownModel
+from specviz.core.inputs import brief, look_up, shown_path
+from specviz.core.settings import SamplingSettings
 
 if TYPE_CHECKING:
     from specviz.models.protocol import ImageModel
@@ -143,82 +143,82 @@ def _class_names() -> list[str]:
 
 
 def _janus_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
-    from specviz.models.janus import JanusProModel
+    from specviz.models.janus.adapter import JanusProModel
 
     return JanusProModel.load(weights, device)
 
 
 def _janus_offline() -> str | None:
     from specviz.models.hub import offline_reason
-    from specviz.models.janus import ENV_VAR, HUB_ID
+    from specviz.models.janus.adapter import ENV_VAR, HUB_ID
 
     return offline_reason(ENV_VAR, HUB_ID)
 
 
 def _janus_sampling() -> SamplingSettings:
-    from specviz.models.janus import JanusProModel
+    from specviz.models.janus.adapter import JanusProModel
 
     return JanusProModel.default_sampling
 
 
 def _emu3_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
-    from specviz.models.emu3 import Emu3Model
+    from specviz.models.emu3.adapter import Emu3Model
 
     return Emu3Model.load(weights, device)
 
 
 def _emu3_offline() -> str | None:
-    from specviz.models.emu3 import ENV_VAR, HUB_ID
+    from specviz.models.emu3.adapter import ENV_VAR, HUB_ID
     from specviz.models.hub import offline_reason
 
     return offline_reason(ENV_VAR, HUB_ID)
 
 
 def _emu3_sampling() -> SamplingSettings:
-    from specviz.models.emu3 import Emu3Model
+    from specviz.models.emu3.adapter import Emu3Model
 
     return Emu3Model.default_sampling
 
 
 def _anole_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
-    from specviz.models.chameleon import AnoleModel
+    from specviz.models.chameleon.adapter import AnoleModel
 
     return AnoleModel.load(weights, device)
 
 
 def _anole_offline() -> str | None:
-    from specviz.models.chameleon import AnoleModel
+    from specviz.models.chameleon.adapter import AnoleModel
 
     return AnoleModel.offline()
 
 
 def _anole_sampling() -> SamplingSettings:
-    from specviz.models.chameleon import AnoleModel
+    from specviz.models.chameleon.adapter import AnoleModel
 
     return AnoleModel.default_sampling
 
 
 def _lumina_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
-    from specviz.models.chameleon import LuminaMGPTModel
+    from specviz.models.chameleon.adapter import LuminaMGPTModel
 
     return LuminaMGPTModel.load(weights, device)
 
 
 def _lumina_offline() -> str | None:
-    from specviz.models.chameleon import LuminaMGPTModel
+    from specviz.models.chameleon.adapter import LuminaMGPTModel
 
     return LuminaMGPTModel.offline()
 
 
 def _lumina_sampling() -> SamplingSettings:
-    from specviz.models.chameleon import LuminaMGPTModel
+    from specviz.models.chameleon.adapter import LuminaMGPTModel
 
     return LuminaMGPTModel.default_sampling
 
 
 def _llamagen_load(variant: str) -> Callable[..., ImageModel]:
     def load(weights: str | None = None, device: str = "cpu") -> ImageModel:
-        from specviz.models.llamagen import LlamaGenModel
+        from specviz.models.llamagen.adapter import LlamaGenModel
 
         return LlamaGenModel.load(weights, device, variant=variant)
 
@@ -227,7 +227,7 @@ def _llamagen_load(variant: str) -> Callable[..., ImageModel]:
 
 def _llamagen_offline(variant: str) -> Callable[[], str | None]:
     def offline() -> str | None:
-        from specviz.models.llamagen import offline_reason
+        from specviz.models.llamagen.adapter import offline_reason
 
         return offline_reason(variant)
 
@@ -236,7 +236,7 @@ def _llamagen_offline(variant: str) -> Callable[[], str | None]:
 
 def _llamagen_sampling(variant: str) -> Callable[[], SamplingSettings]:
     def sampling() -> SamplingSettings:
-        from specviz.models.llamagen import RELEASE_SAMPLING
+        from specviz.models.llamagen.adapter import RELEASE_SAMPLING
 
         return RELEASE_SAMPLING[variant]
 

@@ -9,7 +9,7 @@ from the cache (`crop(-n)`, a negative count in transformers 5); an accepted tre
 the first tokens appended is gathered into place first, as EAGLE does.
 
 A plain chain pass over unpadded prompts passes no mask and no positions, so the model takes its
-own causal fast path. Over a static cache (`specviz.models.fixed_passes`, the fast path for small models)
+own causal fast path. Over a static cache (`specviz.models.fast.fixed_passes`, the fast path for small models)
 every pass passes both: its keys span the cache's whole length, the slots not written yet included.
 """
 
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache, StaticCache
 
 from specviz.models.protocol import IMAGE_CELL, Geometry
-from specviz.syncing import intended_sync
+from specviz.models.syncing import intended_sync
 
 # (tokens (rows, n), cache, attention_mask (rows, 1, n, cache length after the pass) bool or None,
 #  position_ids (rows, n) or None) -> raw logits (rows, n, V): one model pass appending n tokens per row.
@@ -142,7 +142,7 @@ class CachedSession:
     ):
         self.geometry = geometry
         self.token_vectors = token_vectors
-        # an EAGLE head for this model (`specviz.models.draft_head`), the prompt's last hidden state
+        # an EAGLE head for this model (`specviz.models.networks.draft_head`), the prompt's last hidden state
         # (rows, H), and the last forward's hidden states (rows, n, H) it reads; None without a head
         self.draft_head = draft_head
         self.prefill_features = prefill_features
@@ -434,7 +434,7 @@ def separate_prompts_session(
 ) -> CachedSession:
     """A session over prompt rows (1, L) of any lengths, row 0 conditional, for a transformers decoder
     that takes input ids and returns `last_hidden_state`; `input_ids` maps method ids to its ids. With an
-    EAGLE `draft_head` (`specviz.models.draft_head`), every pass also keeps the decoder's last hidden states.
+    EAGLE `draft_head` (`specviz.models.networks.draft_head`), every pass also keeps the decoder's last hidden states.
 
     Each row is prefilled alone, so no padding enters a prefill; the rows are then merged left-padded,
     and the session hides the padding and counts positions from each row's first real token, so every

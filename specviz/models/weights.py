@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specviz.inputs import brief, read_bounded
+from specviz.core.inputs import brief, read_bounded
 
 if TYPE_CHECKING:
     import torch

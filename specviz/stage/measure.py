@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from specviz.models.settings import SamplingSettings
+from specviz.core.settings import SamplingSettings
 from specviz.models.tiny.adapter import ASSETS, TinyModel
 from specviz.stage.samples import FREE_TEXT, TRAINING_CAPTIONS
 

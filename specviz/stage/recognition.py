@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.core.settings import SamplingSettings, SettingsError
 
 if TYPE_CHECKING:
     from specviz.models.continuous import ContinuousPair

@@ -22,7 +22,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specviz.models.settings import SamplingSettings
+from specviz.core.settings import SamplingSettings
 
 MEGABYTE = 1024 * 1024
 
@@ -41,7 +41,7 @@ class Target:
 
 
 def measure_targets(weights: Path, seeds: int, captions: int, cache: Path) -> list[Target]:
-    from specviz.bench import bench
+    from specviz.measure.bench import bench
     from specviz.models.tiny.adapter import TinyModel
     from specviz.stage.measure import CONFIDENT, report
     from specviz.stage.recognition import recognised, training_captions
@@ -86,8 +86,8 @@ def measure_targets(weights: Path, seeds: int, captions: int, cache: Path) -> li
 
 
 def main(argv: list[str] | None = None) -> None:
+    from specviz.core.threads import configure_threads
     from specviz.models.tiny.adapter import ASSETS
-    from specviz.threads import configure_threads
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", type=Path, default=ASSETS)

@@ -11,11 +11,12 @@ import gradio as gr
 from gradio.events import Dependency
 
 from specviz import metrics, viz
+from specviz.core.inputs import check_prompt
+from specviz.core.settings import SamplingSettings, SettingsError
+from specviz.core.timing import TIMING_BUDGET, timings_wanted
 from specviz.decoding import run
-from specviz.decoding.cost import SIZES, PassCost, cost_sentence, pass_costs
-from specviz.decoding.race import TIMING_BUDGET, needs_retiming, retimed, timings_wanted
-from specviz.inputs import check_prompt
-from specviz.models.settings import SamplingSettings, SettingsError
+from specviz.measure.cost import SIZES, PassCost, cost_sentence, pass_costs
+from specviz.measure.race import needs_retiming, retimed
 from specviz.trace import Trace
 from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
 from specviz.ui.service import (

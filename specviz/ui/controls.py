@@ -12,16 +12,16 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from specviz.core.inputs import MAX_PROMPT_CHARS, brief, check_prompt, check_seed
+from specviz.core.params import all_fields
+from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.decoding import METHODS, get_method
 from specviz.decoding.budget import check_pass_memory
-from specviz.decoding.params import all_fields
-from specviz.inputs import MAX_PROMPT_CHARS, brief, check_prompt, check_seed
 from specviz.models.protocol import ImageModel
 from specviz.models.registry import MODELS, get_entry
-from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.text import nearest_known
-from specviz.presets import PRESET_BY_KEY
 from specviz.trace import Trace
+from specviz.ui.presets import PRESET_BY_KEY
 from specviz.ui.service import default_model, offered_models, on_compute_thread, request_memory, user_errors
 
 DEFAULT_METHOD = "sjd"  # what Run races first on a discrete model

@@ -17,7 +17,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 
-from specviz.inputs import brief
+from specviz.core.inputs import brief
 
 log = logging.getLogger("specviz.ui")
 

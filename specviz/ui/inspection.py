@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 from gradio.events import Dependency
 
 from specviz import metrics, viz
+from specviz.core.params import SpeculativeParameters
+from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.decoding import run
-from specviz.decoding.params import SpeculativeParameters
-from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.trace import Trace
 from specviz.ui.controls import Controls
 from specviz.ui.service import (

@@ -9,11 +9,11 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from specviz import viz
-from specviz.decoding.race import timings_wanted
+from specviz.core.timing import timings_wanted
 from specviz.models.registry import get_entry
-from specviz.presets import PRESET_BY_KEY, PRESETS
 from specviz.ui import activity, compare, controls, inspection, race, replay
 from specviz.ui.guard import RequestGuard
+from specviz.ui.presets import PRESET_BY_KEY, PRESETS
 from specviz.ui.service import (
     MAX_REQUEST_FILES,
     MAX_UPLOAD_BYTES,

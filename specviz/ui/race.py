@@ -13,10 +13,11 @@ import gradio as gr
 from gradio.events import Dependency
 
 from specviz import metrics, viz
+from specviz.core.settings import SettingsError
+from specviz.core.timing import TIMING_BUDGET, timings_wanted
 from specviz.decoding import RunStream
-from specviz.decoding.race import TIMING_BUDGET, Race, needs_retiming, retimed, timings_wanted
+from specviz.measure.race import Race, needs_retiming, retimed
 from specviz.models.protocol import ImageModel, decode_in_order
-from specviz.models.settings import SettingsError
 from specviz.trace import Trace
 from specviz.ui.activity import RACING, RaceActivity
 from specviz.ui.controls import Controls, RunRequest

@@ -12,8 +12,8 @@ from gradio.events import Dependency
 from PIL import Image
 
 from specviz import metrics, viz
+from specviz.core.settings import SettingsError
 from specviz.models.protocol import ImageModel, decode_in_order
-from specviz.models.settings import SettingsError
 from specviz.trace import Trace, TraceError
 from specviz.ui.controls import Controls, restored_controls
 from specviz.ui.service import (

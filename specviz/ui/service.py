@@ -26,11 +26,10 @@ import torch
 from PIL import Image
 
 from specviz import metrics
+from specviz.core.errors import USER_ERRORS, ModelUnavailable, UnknownModel
+from specviz.core.inputs import InputError, brief
 from specviz.decoding.budget import memory_ceiling
 from specviz.decoding.registry import METHODS
-from specviz.errors import USER_ERRORS
-from specviz.inputs import InputError, brief
-from specviz.models.errors import ModelUnavailable, UnknownModel
 from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.models.registry import MODELS, load_model
 from specviz.trace import MAX_TRACE_BYTES, Trace

@@ -567,7 +567,7 @@ def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False)
 
 
 def pass_cost_figure(costs: list, dark: bool = False, large: bool = False) -> go.Figure:
-    """The cost of a pass over n tokens against a one-token pass (`specviz.decoding.cost.PassCost`
+    """The cost of a pass over n tokens against a one-token pass (`specviz.measure.cost.PassCost`
     rows), between the two limits: flat (a memory-bound GPU pass) and n (compute-bound)."""
     sizes = [cost.tokens for cost in costs]
     ranges = [(cost.ratio, *cost.ratio_range(costs[0])) for cost in costs]  # the repeats' range of each ratio

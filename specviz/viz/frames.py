@@ -23,7 +23,7 @@ import imageio.v3 as iio
 import numpy as np
 from PIL import GifImagePlugin, Image, ImageColor, ImageDraw, ImageFont
 
-from specviz.errors import ExportError
+from specviz.core.errors import ExportError
 from specviz.metrics import GridState, grid_state, has_trees, summary
 from specviz.trace import Trace
 from specviz.viz.narration import ratio_text

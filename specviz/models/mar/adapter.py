@@ -25,7 +25,7 @@ w the guidance setting (the last token's is the one before's), in draft and targ
 a method evaluates a density at k. (The CSpD code gives every draft of a block the scale of the
 block's last; its demo sidesteps that with a constant schedule.) The release's settings: w 2.9 for
 MAR-B, 3.0 for MAR-L, 3.2 for MAR-H, temperature 1, 100 denoising steps. The last denoising step
-keeps its noise, as for every head in specviz (see `specviz.models.diffusion_head`); its standard
+keeps its noise, as for every head in specviz (see `specviz.models.networks.diffusion_head`); its standard
 deviation is about 0.006 at 100 steps (tokens have a standard deviation near 1), invisible in the image.
 """
 
@@ -38,15 +38,15 @@ from pathlib import Path
 import torch
 from PIL import Image
 
+from specviz.core.errors import ModelUnavailable
+from specviz.core.settings import SamplingSettings
 from specviz.models import hub
 from specviz.models.continuous import ContinuousSession, PairSession
-from specviz.models.diffusion_head import DiffusionHead
-from specviz.models.errors import ModelUnavailable
 from specviz.models.imagenet import parse_class
 from specviz.models.mar.network import RELEASES, Mar, MarConfig, official_state_dict
 from specviz.models.mar.vae import KLDecoder
+from specviz.models.networks.diffusion_head import DiffusionHead
 from specviz.models.protocol import IMAGE_CELL, Geometry
-from specviz.models.settings import SamplingSettings
 
 HUB_ID = "jadechoghari/mar"  # the release's weights converted to safetensors
 HUB_FILES = {"mar-b": "mar-base.safetensors", "mar-l": "mar-large.safetensors", "mar-h": "mar-huge.safetensors"}

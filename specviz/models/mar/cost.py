@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from specviz.models.diffusion_head import DiffusionHead
 from specviz.models.hub import default_dtype
 from specviz.models.mar.network import RELEASES, Mar, MarConfig
+from specviz.models.networks.diffusion_head import DiffusionHead
 
 
 @dataclass(frozen=True)

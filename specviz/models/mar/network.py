@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from specviz.models.diffusion_head import DenoiserMLP
+from specviz.models.networks.diffusion_head import DenoiserMLP
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 It is the latent-diffusion `AutoencoderKL` decoder (128 base channels, multipliers 1, 1, 2, 2, 4, two
 ResNet blocks per level, attention only in the middle), the same network as taming's decoder in
-`specviz.models.vqgan`, behind a 1 x 1 `post_quant_conv`. MAR trains on latents scaled by 0.2325, so
+`specviz.models.networks.vqgan`, behind a 1 x 1 `post_quant_conv`. MAR trains on latents scaled by 0.2325, so
 tokens are divided by it before decoding.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specviz.models.vqgan import Decoder
+from specviz.models.networks.vqgan import Decoder
 
 LATENT_SCALE = 0.2325
 

@@ -10,12 +10,12 @@ import torch
 from PIL import Image
 from transformers import DynamicCache
 
-from specviz.models.draft_head import HEAD_FILES, DraftHead
-from specviz.models.errors import ModelUnavailable
-from specviz.models.fixed_passes import StaticPool, causal_prefill, pass_width, static_capacity
+from specviz.core.errors import ModelUnavailable
+from specviz.core.settings import SamplingSettings, SettingsError
+from specviz.models.fast.fixed_passes import StaticPool, causal_prefill, pass_width, static_capacity
+from specviz.models.networks.draft_head import HEAD_FILES, DraftHead
 from specviz.models.protocol import BLANK, Geometry
 from specviz.models.session import CachedSession, PromptRows, cache_keyword, transformers_mask
-from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny.text import TEXT_DIM, shared_text_encoder
 from specviz.models.tiny.tokenizer import PatchTokenizer
@@ -45,7 +45,7 @@ CONFIG_BOUNDS = {
 def _unusable(folder: Path, why: str) -> ModelUnavailable:
     return ModelUnavailable(
         f"tiny: the weights in {folder} cannot be used ({why}); reinstall the project or retrain with "
-        "`python -m specviz.models.tiny.train`"
+        "`python -m specviz.training.tiny`"
     )
 
 
@@ -86,7 +86,7 @@ def _tensors(folder: Path, name: str) -> dict[str, torch.Tensor]:
 
 
 class TinyModel:
-    """An embedded text-to-emoji model (`python -m specviz.models.tiny.train` reproduces its weights)."""
+    """An embedded text-to-emoji model (`python -m specviz.training.tiny` reproduces its weights)."""
 
     def __init__(
         self,
@@ -118,7 +118,7 @@ class TinyModel:
         folder = Path(weights) if weights else SHIPPED[name]
         missing = [file for file in WEIGHT_FILES if not (folder / file).is_file()]
         if missing:
-            retrain = "retrain with `python -m specviz.models.tiny.train`"
+            retrain = "retrain with `python -m specviz.training.tiny`"
             remedy = NOT_IN_CHECKOUT if folder in SHIPPED.values() else retrain
             raise ModelUnavailable(f"{name}: {', '.join(missing)} missing in {folder}; {remedy}")
         config, sampling = read_summary(folder)

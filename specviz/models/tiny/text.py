@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load, save_file
 
-from specviz.inputs import InputError, brief, read_bounded, shown_path
+from specviz.core.inputs import InputError, brief, read_bounded, shown_path
 
 TEXT_DIM = 384
 VECTORS_ENV_VAR = "SPECVIZ_PROMPT_VECTORS"

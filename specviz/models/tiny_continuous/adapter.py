@@ -8,12 +8,12 @@ import torch
 from PIL import Image
 from transformers import DynamicCache
 
+from specviz.core.errors import ModelUnavailable
+from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.models.continuous import ContinuousSession, PairSession
-from specviz.models.diffusion_head import DiffusionHead
-from specviz.models.errors import ModelUnavailable
+from specviz.models.networks.diffusion_head import DiffusionHead
 from specviz.models.protocol import BLANK, Geometry
 from specviz.models.session import cache_keyword
-from specviz.models.settings import SamplingSettings, SettingsError
 from specviz.models.tiny.text import TEXT_DIM, shared_text_encoder
 from specviz.models.tiny.tokenizer import PATCH
 from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
@@ -44,7 +44,7 @@ CONFIG_BOUNDS = {  # checked before anything is built from a summary's "model" s
 def _unusable(folder: Path, why: str) -> ModelUnavailable:
     return ModelUnavailable(
         f"tiny-continuous: {why} (in {folder}); reinstall the project or retrain with "
-        "`python -m specviz.models.tiny_continuous.train --role target` and `--role draft`"
+        "`python -m specviz.training.tiny_continuous --role target` and `--role draft`"
     )
 
 
@@ -104,7 +104,7 @@ class CachedContinuousSession(ContinuousSession):
 
 
 class TinyContinuousModel:
-    """The embedded continuous pair (`python -m specviz.models.tiny_continuous.train` reproduces it)."""
+    """The embedded continuous pair (`python -m specviz.training.tiny_continuous` reproduces it)."""
 
     name = "tiny-continuous"
     reference_generate = None

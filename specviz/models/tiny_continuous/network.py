@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers import LlamaModel
 
-from specviz.models.diffusion_head import DenoiserMLP, Schedule, diffusion_loss
+from specviz.models.networks.diffusion_head import DenoiserMLP, Schedule, diffusion_loss
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny_continuous.projection import TOKEN_DIM
 

@@ -7,7 +7,7 @@ hatched, and accepted drafts keep the outline of cells committed this iteration 
 No model is loaded here: the image panel of the window figure comes from a `decode` callable.
 """
 
-from specviz.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN
+from specviz.core.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN
 from specviz.viz.narration import ratio_text
 from specviz.viz.publication.drawings import (
     acceptance_map,

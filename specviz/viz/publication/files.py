@@ -7,13 +7,13 @@ import math
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import matplotlib as mpl
 from matplotlib.figure import Figure
 
-from specviz.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN, FigureKind, Style
+from specviz.core.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN, FigureKind, Style
 from specviz.metrics import (
     has_trees,
 )
@@ -28,7 +28,7 @@ from specviz.viz.publication.drawings import (
     tree_shapes,
     window,
 )
-from specviz.viz.publication.style import Decoder, FigureOptionError, GridTooFine, Setting
+from specviz.viz.publication.style import Decoder, FigureOptionError, GridTooFine, Setting, rc_params
 
 # a PNG has at most this many pixels (128 MB of RGBA while it is drawn; 0.9 GB at peak for the largest): a
 # figure that would have more at its style's resolution is written at a lower one. Grid panels are already
@@ -45,6 +45,16 @@ class Need:
 
     missing: str
     present: Callable[[Trace], bool]
+
+
+@dataclass(frozen=True)
+class Drawing(FigureKind):
+    """A figure with what it needs from a trace and its drawing function (None: announced, drawn once
+    traces record its need)."""
+
+    needs: Need | None = None
+    draw: Callable[..., Figure] | None = None
+    notes: Callable[[Sequence[Trace]], list[str]] | None = None  # what the figure leaves out, if anything
 
 
 def _records_continuous_tokens(trace: Trace) -> bool:
@@ -74,10 +84,8 @@ DRAWINGS = {  # how each figure of FIGURE_KINDS is drawn, and what it needs from
     "tree-shapes": {"draw": tree_shapes, "needs": DRAFT_TREES},
 }
 FIGURES = (
-    *(replace(kind, **DRAWINGS[kind.name]) for kind in FIGURE_KINDS),
-    FigureKind(
-        "token-acceptance", "per-token acceptance and log density ratio", per_trace=True, needs=CONTINUOUS_TOKENS
-    ),
+    *(Drawing(**asdict(kind), **DRAWINGS[kind.name]) for kind in FIGURE_KINDS),
+    Drawing("token-acceptance", "per-token acceptance and log density ratio", per_trace=True, needs=CONTINUOUS_TOKENS),
 )
 
 
@@ -175,7 +183,7 @@ def write_figures(
     runs = [trace for _, trace in traces]
     stems = file_stems(runs)
     result = FigureFiles()
-    with _DRAWING, mpl.rc_context(chosen.rc()):
+    with _DRAWING, mpl.rc_context(rc_params(chosen)):
         for kind in FIGURES:
             lacking = [name for name, trace in traces if kind.needs and not kind.needs.present(trace)]
             if lacking:
@@ -207,6 +215,6 @@ def write_figure(name: str, trace: Trace, out: Path, stem: str, kind: str = "png
     if figure.draw is None or not figure.per_trace or (figure.needs and not figure.needs.present(trace)):
         raise FigureOptionError(f"the {figure.title} cannot be drawn from a {trace.method} trace")
     chosen = STYLES[style]
-    with _DRAWING, mpl.rc_context(chosen.rc()):
+    with _DRAWING, mpl.rc_context(rc_params(chosen)):
         (path,) = _save(figure.draw(trace, Setting(chosen, chosen.width_in, None, None)), out, stem, [kind], chosen)
     return path

@@ -13,9 +13,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from PIL import Image
 
-from specviz.figure_options import Style
+from specviz.core.figure_options import Style
 from specviz.trace import Trace
-from specviz.viz.palette import FOREGROUND, STATES, colors, lightness
+from specviz.viz.palette import BACKGROUND, FOREGROUND, STATES, colors, lightness
 
 HATCHES = {
     "rejected": "xxxx", "kept": "----", "redrawn": "////", "reset": "\\\\\\\\", "new": "....", "discarded": "||||"
@@ -31,6 +31,51 @@ MAX_GRID_HEIGHT = 1.5
 # a quarter of a point in print. A grid that would need smaller cells is not drawn (its figure is skipped
 # with a note): neither a cell nor the map's pattern could be read.
 MIN_CELL_PT = 0.25
+
+
+def rc_params(style: Style) -> dict:
+    """matplotlib settings: sizes, colours, embedded TrueType in PDF, text kept as text in SVG
+    (editable and typeset by LaTeX's svg package), and a fixed hash salt so files are reproducible."""
+    background, foreground = BACKGROUND[style.dark], FOREGROUND[style.dark]
+    return {
+        "font.family": "serif" if style.serif else "sans-serif",
+        "font.serif": ["STIXGeneral", "DejaVu Serif"],
+        "font.sans-serif": ["DejaVu Sans"],
+        "mathtext.fontset": "stix" if style.serif else "dejavusans",
+        "text.parse_math": False,  # text from a trace ('$' in a prompt) is drawn as written, never as TeX
+        "font.size": style.font_pt,
+        "axes.labelsize": style.font_pt,
+        "axes.titlesize": style.font_pt,
+        "figure.titlesize": style.font_pt + 1,
+        "xtick.labelsize": style.small_pt,
+        "ytick.labelsize": style.small_pt,
+        "legend.fontsize": style.small_pt,
+        "legend.frameon": False,
+        "legend.handlelength": 1.2,
+        "legend.handleheight": 1.0,
+        "legend.columnspacing": 1.0,
+        "axes.linewidth": style.line_pt,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "xtick.major.width": style.line_pt,
+        "ytick.major.width": style.line_pt,
+        "xtick.major.size": 2.5 * style.line_pt / 0.6,
+        "ytick.major.size": 2.5 * style.line_pt / 0.6,
+        "lines.linewidth": 1.5 * style.line_pt,
+        "hatch.linewidth": 0.6 * style.line_pt,
+        "figure.facecolor": background,
+        "axes.facecolor": background,
+        "savefig.facecolor": background,
+        "text.color": foreground,
+        "axes.labelcolor": foreground,
+        "axes.edgecolor": foreground,
+        "xtick.color": foreground,
+        "ytick.color": foreground,
+        "pdf.fonttype": 42,
+        "svg.fonttype": "none",
+        "svg.hashsalt": "specviz",
+        "svg.id": "specviz",
+    }
 
 
 class FigureOptionError(ValueError):

@@ -1,0 +1,384 @@
+"""Train the embedded `tiny-uncertain` model: tokenizer, then generator; writes assets/tiny-uncertain/.
+
+    python -m specviz.training.tiny --steps 50 --out /tmp/tiny   # a quick smoke run
+    python -m specviz.training.tiny --out runs/tiny --checkpoints runs/tiny-ckpt   # the shipped run (CPU)
+    python -m specviz.training.tiny --out runs/tiny --resume runs/tiny-ckpt   # continue it where it stopped
+
+(`tiny`, one design per emoji learnt by heart, came from this script's first version: `git show
+e3d4068:specviz/training/tiny.py`.)
+
+The data are built so that the model is uncertain for the two reasons real AR image models are
+(`specviz.models.tiny.designs`, README): a caption admits several images, since every emoji comes in up
+to four designs (OpenMoji, Noto, Twemoji, Fluent 3D; the npm packages are fetched into `--cache`), and
+many codes fit a detailed patch, since every image is re-quantised whenever it is drawn into a batch,
+each patch's code drawn by the texture quantiser at temperature `--tau` (`tokenizer.sample_codes`; one
+colour stays certain). The codebook is k-means over the distinct patches of the training images (counted
+once each, so the white background does not take a hundred codes). Mirror images where the caption
+allows, translations by whole patches per batch, dropout, noise on the prompt vector and weight decay
+regularise. The held-out split is by (emoji, design): a held-out image shows an emoji the model saw in
+its other designs. Every draw comes from one CPU generator seeded by `--seed`; a run on a GPU
+(`--device cuda`) takes minutes and is not bit-identical across machines. `--checkpoints DIR` writes a
+checkpoint at every evaluation (safetensors and JSON), from which `--resume DIR` continues the run with
+the same schedule and generator state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from specviz.core.threads import configure_threads
+from specviz.models.tiny.data import may_mirror, shift_tokens
+from specviz.models.tiny.designs import SOURCES, build_design_set
+from specviz.models.tiny.network import TinyConfig, TinyTextToImage
+from specviz.models.tiny.text import TextEncoder
+from specviz.models.tiny.tokenizer import (
+    PatchTokenizer,
+    fit_codebook,
+    nearest_code,
+    patchify,
+    psnr,
+    quantiser_entropy,
+    sample_codes,
+)
+
+CAPTION_TEMPLATES = ("{}", "{} emoji", "an emoji of {}")
+CONDITION_DROP = 0.1
+MAX_SHIFT = 1  # translations of up to one whole patch (3 pixels) each way
+SHIFT_PROBABILITY = 0.5
+TEXTURE_TAU = 1.5  # the texture quantiser's temperature: about 0.8 nats per code on the training images
+CODEBOOK_SAMPLE = 400_000  # distinct training patches the k-means runs on
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "tiny-uncertain"
+
+
+def learning_rate(step: int, steps: int, peak: float, warmup: int = 100) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def random_shifts(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whole-patch translations (dy, dx) for a batch: none with probability 1 - SHIFT_PROBABILITY, else
+    up to MAX_SHIFT patches each way."""
+    shifted = torch.rand(batch_size, generator=generator) < SHIFT_PROBABILITY
+    dy, dx = torch.randint(-MAX_SHIFT, MAX_SHIFT + 1, (2, batch_size), generator=generator) * shifted
+    return dy, dx
+
+
+@torch.no_grad()
+def mean_loss(model: TinyTextToImage, text: torch.Tensor, tokens: torch.Tensor, autocast: bool) -> float:
+    """Next-code cross-entropy of un-augmented images under their first caption, in batches."""
+    model.eval()
+    total = 0.0
+    for start in range(0, len(tokens), 64):
+        batch = slice(start, start + 64)
+        drop = torch.zeros(len(tokens[batch]), dtype=torch.bool, device=tokens.device)
+        with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=autocast):
+            total += model.training_loss(text[batch], drop, tokens[batch]).item() * len(tokens[batch])
+    model.train()
+    return total / len(tokens)
+
+
+def caption_vectors(captions: list[str], cache: Path) -> torch.Tensor:
+    """MiniLM vectors of the captions, kept in `cache` under a hash of the list, so a machine without
+    the text encoder's package (a lent GPU) can train from a copy of the cache folder; each distinct
+    caption is encoded and stored once (the designs repeat every caption about four times). A copy stored
+    in float16 (scripts/continuous_on_gpu.sh packs one, to fit what a device call carries) reads as float32."""
+    digest = hashlib.sha256("\n".join(captions).encode()).hexdigest()[:16]
+    path = cache / f"caption-vectors-{digest}.safetensors"
+    if path.exists():
+        stored = load_file(str(path))
+        vectors = stored["vectors"].float()
+        return vectors[stored["index"]] if "index" in stored else vectors
+    distinct = sorted(set(captions))
+    position = {caption: i for i, caption in enumerate(distinct)}
+    index = torch.tensor([position[c] for c in captions])
+    vectors = TextEncoder()(distinct)
+    cache.mkdir(parents=True, exist_ok=True)
+    save_file({"vectors": vectors.contiguous(), "index": index}, str(path))
+    return vectors[index]
+
+
+def training_draws(
+    pictures: torch.Tensor, batch_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of training images (indices), caption templates, condition drops and whole-patch shifts
+    (dy, dx); every draw from the one CPU generator, in this order."""
+    picture = pictures[torch.randint(len(pictures), (batch_size,), generator=generator)]
+    template = torch.randint(len(CAPTION_TEMPLATES), (batch_size,), generator=generator)
+    drop = torch.rand(batch_size, generator=generator) < CONDITION_DROP
+    dy, dx = random_shifts(batch_size, generator)
+    return picture, template, drop, dy, dx
+
+
+def adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on norms, biases and the null prefix)."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
+def evaluation(step: int, loss: torch.Tensor, train_loss: float, held_out_loss: float, started: float) -> dict:
+    """One evaluation's record, printed as a JSON line as training goes."""
+    record = {
+        "step": step,
+        "batch_loss": round(loss.item(), 4),
+        "train_loss": round(train_loss, 4),
+        "held_out_loss": round(held_out_loss, 4),
+        "minutes": round((time.time() - started) / 60, 1),
+    }
+    print(json.dumps(record), flush=True)
+    return record
+
+
+def bfloat16(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: p.detach().to(torch.bfloat16).contiguous() for name, p in state.items()}
+
+
+def mirrored(images: np.ndarray, captions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The images and the mirror images of those whose caption allows one: (M, H, W, 3) and (M,) the
+    index of the image each came from."""
+    mirrorable = np.flatnonzero([may_mirror(caption) for caption in captions])
+    return np.concatenate([images, images[mirrorable][:, :, ::-1]]), np.concatenate(
+        [np.arange(len(images)), mirrorable]
+    )
+
+
+def distinct_patches(images: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
+    """Up to `count` of the distinct 3x3 patches of uint8 images, as floats in [0, 1]: k-means over them
+    spends its codes on what the images draw, not on how often the background repeats."""
+    unique = torch.unique(patchify(images).reshape(-1, 27), dim=0)
+    return unique[torch.randperm(len(unique), generator=generator)[:count]].float() / 255.0
+
+
+def save_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """The run so far, written to be resumed: tensors (weights, Adam's moments, the kept weights and the
+    state's tensors: random generators' states) as safetensors, the rest as JSON; each file replaced whole."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {f"model.{name}": value for name, value in model.state_dict().items()}
+    for index, moments in optimizer.state_dict()["state"].items():
+        tensors |= {f"adam.{index}.{name}": value for name, value in moments.items()}
+    tensors |= {f"kept.{name}": value for name, value in state.get("kept_state", {}).items()}
+    tensors |= {key: value for key, value in state.items() if isinstance(value, torch.Tensor)}  # generator states
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "checkpoint.safetensors.tmp"))
+    (folder / "checkpoint.safetensors.tmp").replace(folder / "checkpoint.safetensors")
+    scalars = {key: value for key, value in state.items() if key != "kept_state" and key not in tensors}
+    (folder / "checkpoint.json.tmp").write_text(json.dumps(scalars, indent=1) + "\n")
+    (folder / "checkpoint.json.tmp").replace(folder / "checkpoint.json")
+
+
+def load_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Restore a run written by `save_checkpoint` into `model` and `optimizer`; its other state returned."""
+    tensors = load_file(str(folder / "checkpoint.safetensors"))
+    state = json.loads((folder / "checkpoint.json").read_text())
+    model.load_state_dict({k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")})
+    saved = optimizer.state_dict()
+    for key, value in tensors.items():
+        if key.startswith("adam."):
+            _, index, name = key.split(".", 2)
+            saved["state"].setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict(saved)
+    state["kept_state"] = {k.removeprefix("kept."): v for k, v in tensors.items() if k.startswith("kept.")}
+    state |= {key: value for key, value in tensors.items() if not key.startswith(("model.", "adam.", "kept."))}
+    return state
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=4500)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--weight-decay", type=float, default=0.1)
+    parser.add_argument("--dropout", type=float, default=0.1, help="on input embeddings and attention")
+    parser.add_argument(
+        "--text-noise",
+        type=float,
+        default=0.025,
+        help="std of Gaussian noise added to each coordinate of the unit prompt vector while training, so a "
+        "caption stands for a neighbourhood of prompts rather than one point (0.025: cosine about 0.9)",
+    )
+    parser.add_argument("--tau", type=float, default=TEXTURE_TAU, help="the texture quantiser's temperature")
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--eval-every", type=int, default=250)
+    parser.add_argument(
+        "--keep",
+        choices=("last", "best-held-out"),
+        default="last",
+        help="write the final weights or the evaluated checkpoint with the lowest held-out loss",
+    )
+    parser.add_argument("--checkpoints", type=Path, help="write a resumable checkpoint here at every evaluation")
+    parser.add_argument("--resume", type=Path, help="continue the run whose checkpoints are in this folder")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--codebook-iterations", type=int, default=15)
+    parser.add_argument("--no-autocast", action="store_true", help="train in float32 (slower on CPU)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", type=Path, default=ASSETS)
+    parser.add_argument("--cache", type=Path, default=Path(".cache"))
+    args = parser.parse_args(argv)
+    started = time.time()
+    threads = configure_threads()  # every core but one: a busy core does not stall the OpenMP team
+    torch.manual_seed(args.seed)
+    generator = torch.Generator().manual_seed(args.seed)
+    autocast = not args.no_autocast
+    args.out.mkdir(parents=True, exist_ok=True)
+    checkpoints = args.resume or args.checkpoints
+
+    designs = build_design_set(args.cache / "designs")
+    held = torch.from_numpy(designs.held_out)
+    pictures, source = mirrored(designs.images, designs.captions)
+    source = torch.from_numpy(source)
+    print(
+        f"{len(designs.images)} images of {len(set(designs.captions))} captions "
+        f"({designs.designs_per_caption():.2f} designs each), {int(held.sum())} held out; "
+        f"{len(pictures)} images with mirrors",
+        flush=True,
+    )
+
+    device = torch.device(args.device)
+    originals = torch.from_numpy(designs.images)
+    if args.resume:
+        codebook = load_file(str(args.out / "codebook.safetensors"))["codebook"]
+    else:
+        codebook = fit_codebook(distinct_patches(originals[~held], CODEBOOK_SAMPLE, generator).to(device), 1024,
+                                args.codebook_iterations, generator).cpu()  # fmt: skip
+        save_file({"codebook": codebook.contiguous()}, str(args.out / "codebook.safetensors"))
+    tokenizer = PatchTokenizer(codebook)
+    nearest = tokenizer.encode(originals)
+    white = int(nearest_code(torch.ones(1, 27), codebook)[0])
+    quality = {
+        split: psnr(originals[mask], tokenizer.decode(nearest[mask], 16, 16)).mean().item()
+        for split, mask in (("train", ~held), ("held_out", held))
+    }
+    patches = patchify(torch.from_numpy(pictures)).to(device)  # uint8, (M, 256, 27): quantised per batch
+    codebook = codebook.to(device)
+    probe = torch.randperm(len(originals), generator=torch.Generator().manual_seed(2))[:500]  # fixed
+    entropy = quantiser_entropy(patches[probe].float() / 255.0, codebook, args.tau).mean().item()
+    print(
+        f"tokenizer PSNR train {quality['train']:.2f} dB, held-out {quality['held_out']:.2f} dB; "
+        f"texture quantiser at tau {args.tau}: {entropy:.3f} nats per code",
+        flush=True,
+    )
+
+    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in designs.captions]
+    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(designs.images), -1).to(device)
+    train_pictures = (~held[source]).nonzero().squeeze(1)
+    held_ids = held.nonzero().squeeze(1)
+    fixed = torch.Generator().manual_seed(3)  # the same probe whether a run starts or resumes
+    train_probe = (~held).nonzero().squeeze(1)[torch.randperm(int((~held).sum()), generator=fixed)[:300]]
+    evaluation_codes = {  # one fixed draw, so evaluations compare like with like
+        name: sample_codes(patches[ids].float() / 255.0, codebook, args.tau, torch.Generator().manual_seed(1))
+        for name, ids in (("train", train_probe), ("held_out", held_ids))
+    }
+    source = source.to(device)
+
+    config = TinyConfig(
+        hidden_size=args.hidden,
+        num_layers=args.layers,
+        num_heads=args.hidden // 64,
+        intermediate_size=3 * args.hidden,
+        dropout=args.dropout,
+    )
+    model = TinyTextToImage(config).to(device)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"generator: {params / 1e6:.2f}M parameters, {len(train_pictures)} training images", flush=True)
+    optimizer = adamw(model, args.lr, args.weight_decay)
+    run = {"step": 0, "history": [], "kept": {"held_out_loss": math.inf}, "minutes_before": 0.0}
+    run["kept_state"] = copy.deepcopy(model.state_dict())
+    if args.resume:
+        run = load_checkpoint(args.resume, model, optimizer)
+        generator.set_state(run["generator"])
+        print(f"resumed at step {run['step']} from {args.resume}", flush=True)
+    for step in range(run["step"], args.steps):
+        picture, template, drop, dy, dx = training_draws(train_pictures, args.batch_size, generator)
+        codes = sample_codes(patches[picture].float() / 255.0, codebook, args.tau, generator)
+        batch_tokens = shift_tokens(codes, config.rows, config.cols, dy.to(device), dx.to(device), white)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, args.steps, args.lr)
+        prompts = text[template.to(device), source[picture]]
+        if args.text_noise:
+            noise = torch.randn(prompts.shape, generator=generator).to(device) * args.text_noise
+            prompts = torch.nn.functional.normalize(prompts + noise, dim=-1)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = model.training_loss(prompts, drop.to(device), batch_tokens)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % args.eval_every == 0 or step == args.steps - 1:
+            record = evaluation(
+                step,
+                loss,
+                mean_loss(model, text[0, source[train_probe]], evaluation_codes["train"], autocast),
+                mean_loss(model, text[0, held_ids], evaluation_codes["held_out"], autocast),
+                started,
+            )
+            record["minutes"] = round(record["minutes"] + run["minutes_before"], 1)
+            run["history"].append(record)
+            if args.keep == "last" or record["held_out_loss"] < run["kept"]["held_out_loss"]:
+                run["kept"], run["kept_state"] = record, copy.deepcopy(model.state_dict())
+            if checkpoints:
+                minutes = run["minutes_before"] + (time.time() - started) / 60
+                state = {**run, "step": step + 1, "generator": generator.get_state()}
+                save_checkpoint(checkpoints, model, optimizer, {**state, "minutes_before": minutes})
+
+    save_file(bfloat16(run["kept_state"]), str(args.out / "model.safetensors"))
+    summary = {
+        "model": config.to_dict(),
+        "parameters": params,
+        "sampling": {"temperature": 1.0, "top_k": None, "top_p": 1.0, "guidance_scale": 1.5},
+        "training": {
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "lr": args.lr,
+            "weight_decay": args.weight_decay,
+            "dropout": args.dropout,
+            "keep": args.keep,
+            "text_noise": args.text_noise,
+            "seed": args.seed,
+            "autocast_bf16": autocast,
+            "torch_threads": threads,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "condition_drop": CONDITION_DROP,
+            "caption_templates": list(CAPTION_TEMPLATES),
+            "max_shift_patches": MAX_SHIFT,
+            "shift_probability": SHIFT_PROBABILITY,
+            "designs": {source.name: designs.designs.count(source.name) for source in SOURCES},
+            "captions": len(set(designs.captions)),
+            "designs_per_caption": round(designs.designs_per_caption(), 2),
+            "held_out_images": int(held.sum()),
+            "images_with_mirrors": len(pictures),
+            "training_images": len(train_pictures),
+            "translations_per_image": (2 * MAX_SHIFT + 1) ** 2,
+            "kept_checkpoint": run["kept"],
+            "minutes": round(run["minutes_before"] + (time.time() - started) / 60, 1),
+            "torch": torch.__version__,
+            "history": run["history"],
+        },
+        "tokenizer": {
+            "codes": 1024,
+            "patch": 3,
+            "psnr_db": {k: round(v, 2) for k, v in quality.items()},
+            "texture_tau": args.tau,
+            "texture_nats_per_code": round(entropy, 3),
+        },
+    }
+    (args.out / "config.json").write_text(json.dumps(summary, indent=2) + "\n")
+    known = sorted(set(caption for caption, out in zip(designs.captions, held.tolist(), strict=True) if not out))
+    (args.out / "prompts.json").write_text(json.dumps(known, indent=0) + "\n")  # the app offers them
+    print(f"wrote {args.out} in {summary['training']['minutes']} min; kept {run['kept']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
