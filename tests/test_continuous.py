@@ -15,7 +15,7 @@ from specviz import metrics
 from specviz.core.errors import ModelUnavailable
 from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.decoding.runner import run
-from specviz.measure.continuous_lossless import check_continuous, energy_test, method_samples
+from specviz.measure.continuous_lossless import energy_test, method_samples
 from specviz.models.networks.diffusion_head import (
     TRAINING_STEPS,
     DenoiserMLP,
@@ -345,16 +345,6 @@ def test_missing_or_mismatched_weights_say_what_is_wrong(tmp_path):
 # Proof by measurement on the continuous toy (specviz.measure.continuous_lossless): 2,000 sequences per side.
 
 
-def test_cspd_exact_samples_the_targets_distribution():
-    report = check_continuous("cspd-exact", samples=2000, seed=0)
-    assert report.matches, report.summary()
-    assert 0.1 < report.acceptance < 0.9  # drafts are both accepted and rejected: the test exercises both
-
-
-def test_ar_through_the_real_loop_matches_the_vectorised_reference():
-    assert check_continuous("ar", samples=1000, seed=3).matches
-
-
 def test_a_broken_resampling_is_detected(monkeypatch):
     """Keeping the first target proposal after a rejection, instead of a draw of the residual."""
     monkeypatch.setattr(cspd_exact, "first_accepted", lambda propose, cap, generator: (propose(1)[0][0], 1, False))
@@ -381,14 +371,6 @@ def test_a_session_that_keeps_rejected_drafts_in_its_cache_is_caught(monkeypatch
     monkeypatch.setattr(ToySession, "_crop", lambda self, length: None)
     with pytest.raises(IndexError):
         method_samples(ContinuousToy(), "cspd-exact", {}, 20, torch.Generator().manual_seed(0))
-
-
-def test_cspd_reports_its_deviation():
-    """The report's figures, not the deviation's size (bench-cspd --deviation measures that at 2,000 samples
-    per position on the shipped pair): 300 sequences suffice."""
-    report = check_continuous("cspd", samples=300, seed=0)
-    assert math.isfinite(report.energy) and 0 < report.p_value <= 1 and 0 < report.acceptance < 1
-    assert "energy distance" in report.summary()
 
 
 def test_the_app_shows_a_continuous_run_with_its_own_views(pair):

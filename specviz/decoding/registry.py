@@ -76,11 +76,12 @@ class Method(MethodInfo):
 
 
 def _loop(name: str | None) -> Callable | None:
-    """The function (a loop) a catalogue entry names as `module:function` in specviz.decoding."""
+    """The function (a loop) a catalogue entry names as `module:function`: a module of specviz.decoding, or,
+    dotted, any importable module (a method from an installed package)."""
     if name is None:
         return None
     module, function = name.split(":")
-    return getattr(importlib.import_module(f"specviz.decoding.{module}"), function)
+    return getattr(importlib.import_module(module if "." in module else f"specviz.decoding.{module}"), function)
 
 
 def _with_loops(info: MethodInfo) -> Method:
