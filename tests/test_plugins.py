@@ -41,17 +41,15 @@ PACKAGE = {
         ]
     """,
     "sjd_twin/rule.py": """
-        from specviz.decoding.sampling import acceptance_ratio, leading_true, next_exact_token, sample
-        from specviz.decoding.window import Verdict, run_window
+        from specviz.decoding.sampling import sample
+        from specviz.decoding.window import WindowVerdict, run_window
 
 
         def verify(step):
-            ratio = acceptance_ratio(step.p_new, step.p_old)
-            uniform = step.uniforms()
-            accepted = leading_true(uniform < ratio)
-            head = next_exact_token(step.p, step.q, accepted, step.generator)
-            return Verdict(accepted=accepted, head=head, next_drafts=sample(step.p[1:], step.generator),
-                           ratio=ratio, uniform=uniform)
+            ratio = step.speculative_ratio
+            uniform, accepted = step.accept(ratio)
+            return WindowVerdict(accepted=accepted, head=step.exact_head(accepted),
+                                 next_drafts=sample(step.p[1:], step.generator), ratio=ratio, uniform=uniform)
 
 
         def iterate(session, sampling, generator, params):

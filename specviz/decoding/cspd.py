@@ -23,40 +23,30 @@ counts it (never a silent zero token), and pre-fill 5% rather than 15%.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import partial
 
 import torch
 
 from specviz.core.params import SpeculativeParameters
 from specviz.core.settings import SamplingSettings
-from specviz.decoding.denoising import Verdict, draw, first_accepted, speculative_decoding
+from specviz.decoding.denoising import DenoisingPass, DenoisingVerdict, draw, first_accepted, speculative_decoding
 from specviz.models.continuous import PairSession
-from specviz.models.networks.diffusion_head import Path, gaussian_log_density
+from specviz.models.networks.diffusion_head import gaussian_log_density
 from specviz.trace import ContinuousRecord
 
 
 def iterate(
     pair: PairSession, sampling: SamplingSettings, generator: torch.Generator, params: SpeculativeParameters
 ) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
-    yield from speculative_decoding(
-        pair, sampling, generator, params, partial(verdict, pair, sampling, generator, params)
-    )
+    yield from speculative_decoding(pair, sampling, generator, params, verdict)
 
 
-def verdict(
-    pair: PairSession,
-    sampling: SamplingSettings,
-    generator: torch.Generator,
-    params: SpeculativeParameters,
-    draft_conditions: torch.Tensor,
-    q: Path,
-    conditions: torch.Tensor,
-    noise: torch.Tensor,
-    positions: torch.Tensor,
-) -> Verdict:
+def verdict(drafted: DenoisingPass) -> DenoisingVerdict:
     """The paper's rule on drafts `q` (drawn from `noise`) with the target's `conditions` of their
     `positions`."""
-    p = draw(pair.target, conditions, noise, sampling, positions)  # the target's paths on the drafts' noise
+    q, sampling, generator = drafted.q, drafted.sampling, drafted.generator
+    p = draw(
+        drafted.pair.target, drafted.conditions, drafted.noise, sampling, drafted.positions
+    )  # the target's paths on the drafts' noise
     log_sigma = 0.5 * (q.log_vars[:, :-1] - p.log_vars[:, :-1]).sum((1, 2))  # Eq. 4: steps T .. 2
     last_p, last_q = (p.means[:, -1], p.log_vars[:, -1]), (q.means[:, -1], q.log_vars[:, -1])
     log_ratio = log_sigma + gaussian_log_density(q.tokens, *last_p) - gaussian_log_density(q.tokens, *last_q)
@@ -70,6 +60,6 @@ def verdict(
             log_p, log_q = gaussian_log_density(x, mean_p, log_var_p), gaussian_log_density(x, mean_q, log_var_q)
             return x, 1 - torch.exp((log_q - log_sigma[i] - log_p).clamp(max=0.0))  # Eq. 11
 
-        return first_accepted(propose, params.max_tries, generator)
+        return first_accepted(propose, drafted.params.max_tries, generator)
 
-    return Verdict(log_ratio, resample, log_sigma, p.states)
+    return DenoisingVerdict(log_ratio, resample, log_sigma, p.states)

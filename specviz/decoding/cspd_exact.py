@@ -16,46 +16,41 @@ so the acceptance rate can be lower than `cspd`'s; the benchmark measures it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import partial
 
 import torch
 
 from specviz.core.params import SpeculativeParameters
 from specviz.core.settings import SamplingSettings
-from specviz.decoding.denoising import Verdict, along, draw_fresh, first_accepted, speculative_decoding
+from specviz.decoding.denoising import (
+    DenoisingPass,
+    DenoisingVerdict,
+    along,
+    draw_fresh,
+    first_accepted,
+    speculative_decoding,
+)
 from specviz.models.continuous import PairSession
-from specviz.models.networks.diffusion_head import Path
 from specviz.trace import ContinuousRecord
 
 
 def iterate(
     pair: PairSession, sampling: SamplingSettings, generator: torch.Generator, params: SpeculativeParameters
 ) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
-    yield from speculative_decoding(
-        pair, sampling, generator, params, partial(verdict, pair, sampling, generator, params)
-    )
+    yield from speculative_decoding(pair, sampling, generator, params, verdict)
 
 
-def verdict(
-    pair: PairSession,
-    sampling: SamplingSettings,
-    generator: torch.Generator,
-    params: SpeculativeParameters,
-    draft_conditions: torch.Tensor,
-    q: Path,
-    conditions: torch.Tensor,
-    noise: torch.Tensor,
-    positions: torch.Tensor,
-) -> Verdict:
+def verdict(drafted: DenoisingPass) -> DenoisingVerdict:
     """The path rule on drafts `q` with the target's `conditions` of their `positions` (`noise` unused:
     the target is evaluated along the draft's own paths)."""
-    p = along(pair.target, conditions, q.states, sampling, positions)  # the target's density of the draft's paths
+    pair, q, conditions, positions = drafted.pair, drafted.q, drafted.conditions, drafted.positions
+    p = along(pair.target, conditions, q.states, drafted.sampling, positions)  # the target's density of q's paths
 
     def resample(i: int) -> tuple[torch.Tensor, int, bool]:
-        target_condition, draft_condition = conditions[i : i + 1], draft_conditions[i : i + 1]
-        return residual_sample(pair, target_condition, draft_condition, sampling, generator, params, int(positions[i]))
+        target_condition, draft_condition = conditions[i : i + 1], drafted.draft_conditions[i : i + 1]
+        settings = (drafted.sampling, drafted.generator, drafted.params)
+        return residual_sample(pair, target_condition, draft_condition, *settings, int(positions[i]))
 
-    return Verdict(p.log_density() - q.log_density(), resample)
+    return DenoisingVerdict(p.log_density() - q.log_density(), resample)
 
 
 def residual_sample(

@@ -170,7 +170,23 @@ def first_accepted(
 
 
 @dataclass(frozen=True)
-class Verdict:
+class DenoisingPass:
+    """What a continuous speculative rule sees: gamma drafts (their paths `q`, drawn from `noise`), the draft's
+    and the target's conditions of their `positions`, and the pair, settings and parameters of the run."""
+
+    pair: PairSession
+    sampling: SamplingSettings
+    generator: torch.Generator
+    params: SpeculativeParameters
+    draft_conditions: torch.Tensor  # (gamma, G, H)
+    q: Path
+    conditions: torch.Tensor  # (gamma, G, H), the target's
+    noise: torch.Tensor
+    positions: torch.Tensor  # (gamma,)
+
+
+@dataclass(frozen=True)
+class DenoisingVerdict:
     """What a continuous speculative method makes of gamma drafts after the target's pass: the log
     of each draft's acceptance ratio, its parts for the trace (cspd's log Sigma, the target's aligned
     trajectories), and how to resample the position of a rejected draft: `resample(i)` gives the token,
@@ -182,9 +198,7 @@ class Verdict:
     target_states: torch.Tensor | None = None
 
 
-# (draft conditions (gamma, G, H), the draft's paths, the target's conditions (gamma, G, H), the noise
-#  the drafts were drawn from, the drafts' positions (gamma,)) -> Verdict
-Verify = Callable[[torch.Tensor, Path, torch.Tensor, torch.Tensor, torch.Tensor], Verdict]
+Rule = Callable[[DenoisingPass], DenoisingVerdict]
 
 
 def speculative_decoding(
@@ -192,11 +206,11 @@ def speculative_decoding(
     sampling: SamplingSettings,
     generator: torch.Generator,
     params: SpeculativeParameters,
-    verify: Verify,
+    rule: Rule,
 ) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
     """The loop both CSpD variants share (the paper's Algorithm 1 around its acceptance rule): the
     target alone draws the pre-filled share of tokens; then per pass the draft proposes gamma tokens,
-    the target conditions them in one pass, `verify` rates them, the first rejection (uniform above
+    the target conditions them in one pass, `rule` rates them, the first rejection (uniform above
     the ratio) ends the pass and is resampled, and after a fully accepted draft the target draws the
     next token itself. Yields each iteration with its committed tokens (k, d)."""
     target, draft = pair.target, pair.draft
@@ -217,7 +231,10 @@ def speculative_decoding(
         drafted = time.perf_counter()
         conditions, before, fed = target_pass(target, to_target, q.tokens, length)
         passed = time.perf_counter()
-        verdict = verify(draft_conditions, q, conditions[:gamma], noise, span(position, gamma))
+        drafts = span(position, gamma)
+        verdict = rule(
+            DenoisingPass(pair, sampling, generator, params, draft_conditions, q, conditions[:gamma], noise, drafts)
+        )
         ratio = torch.exp(verdict.log_ratio.clamp(max=0.0))
         uniform = torch.rand(gamma, generator=generator, device=generator.device)
         rejected = (uniform > ratio).nonzero()

@@ -24,8 +24,8 @@ import torch
 
 from specviz.core.params import GsdParameters
 from specviz.core.settings import SamplingSettings
-from specviz.decoding.sampling import leading_true, neighbour_table, next_exact_token, sample, token_probs
-from specviz.decoding.window import Verdict, WindowPass, run_window
+from specviz.decoding.sampling import neighbour_table, sample, token_probs
+from specviz.decoding.window import WindowPass, WindowVerdict, run_window
 from specviz.models.protocol import Session, token_vectors
 from specviz.trace import Iteration
 
@@ -56,17 +56,16 @@ def dynamic_groups(
 def grouped_verify(near: torch.Tensor, params: GsdParameters):
     """The rule for a neighbour table (V, k): the speculative test on group masses."""
 
-    def verify(step: WindowPass) -> Verdict:
+    def verify(step: WindowPass) -> WindowVerdict:
         w, p, q, drafts = step.w, step.p, step.q, step.drafts
         group, member = dynamic_groups(p[:w], drafts, near, params.ranks_above, params.ranks_below, params.prob_gap)
         group_new = (p[:w].gather(1, group) * member).sum(1)
         group_old = (q.gather(1, group) * member).sum(1)  # >= q(x) > 0: x is in its group
         ratio = (group_new / group_old.clamp(min=torch.finfo(group_old.dtype).tiny)).clamp(max=1.0)
-        uniform = step.uniforms()
-        accepted = leading_true(uniform < ratio)
-        return Verdict(
+        uniform, accepted = step.accept(ratio)
+        return WindowVerdict(
             accepted=accepted,
-            head=next_exact_token(p, q, accepted, step.generator),
+            head=step.exact_head(accepted),
             next_drafts=sample(p[1:], step.generator),
             ratio=ratio,
             uniform=uniform,

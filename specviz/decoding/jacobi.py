@@ -18,15 +18,15 @@ import torch
 from specviz.core.params import WindowParameters
 from specviz.core.settings import SamplingSettings
 from specviz.decoding.sampling import leading_true, sample
-from specviz.decoding.window import Verdict, WindowPass, run_window
+from specviz.decoding.window import WindowPass, WindowVerdict, run_window
 from specviz.models.protocol import Session
 from specviz.trace import Iteration
 
 
-def verify(step: WindowPass) -> Verdict:
+def verify(step: WindowPass) -> WindowVerdict:
     redrawn = sample(step.p, step.generator)  # this iteration's value at every position
     accepted = leading_true(redrawn[: step.w] == step.drafts)
-    return Verdict(
+    return WindowVerdict(
         accepted=accepted,
         head=sample(
             step.p.index_select(0, accepted.view(1)), step.generator

@@ -24,8 +24,8 @@ import torch
 
 from specviz.core.params import LanternParameters
 from specviz.core.settings import SamplingSettings
-from specviz.decoding.sampling import leading_true, neighbour_table, next_exact_token, sample
-from specviz.decoding.window import Verdict, WindowPass, run_window
+from specviz.decoding.sampling import neighbour_table, sample
+from specviz.decoding.window import WindowPass, WindowVerdict, run_window
 from specviz.models.protocol import Session, token_vectors
 from specviz.trace import Iteration
 
@@ -44,20 +44,19 @@ def neighbourhood(
 def relaxed_verify(table: torch.Tensor, delta: float):
     """The rule for a neighbour table (V, k): SJD's test and residual against p~."""
 
-    def verify(step: WindowPass) -> Verdict:
+    def verify(step: WindowPass) -> WindowVerdict:
         w, p, drafts = step.w, step.p, step.drafts
         neighbours, neighbour_mass, in_budget = neighbourhood(p[:w], drafts, table, delta)
         pooled = (neighbour_mass * in_budget).sum(1)
         relaxed = step.p_new + pooled
         p_old = step.p_old
         ratio = (relaxed / p_old).clamp(max=1.0)
-        uniform = step.uniforms()
-        accepted = leading_true(uniform < ratio)
+        uniform, accepted = step.accept(ratio)
         target = p[:w].scatter(1, neighbours, neighbour_mass * ~in_budget)  # B(x)'s mass went to x ...
         target = target.scatter(1, drafts[:, None], relaxed[:, None])  # ... which stays below q(x): no residual
-        return Verdict(
+        return WindowVerdict(
             accepted=accepted,
-            head=next_exact_token(p, step.q, accepted, step.generator, target=target),
+            head=step.exact_head(accepted, target=target),
             next_drafts=sample(p[1:], step.generator),
             ratio=ratio,
             uniform=uniform,

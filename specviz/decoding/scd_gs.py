@@ -15,8 +15,8 @@ import torch
 
 from specviz.core.params import WindowParameters
 from specviz.core.settings import SamplingSettings
-from specviz.decoding.sampling import acceptance_ratio, gumbel_argmax, gumbel_noise, leading_true, next_exact_token
-from specviz.decoding.window import Verdict, WindowPass, run_window
+from specviz.decoding.sampling import gumbel_argmax, gumbel_noise
+from specviz.decoding.window import WindowPass, WindowVerdict, run_window
 from specviz.models.protocol import Session
 from specviz.trace import Iteration
 
@@ -30,13 +30,12 @@ def iterate(
     def shared_gumbel_draw(probs: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return gumbel_argmax(probs, gumbel_noise(key, positions, vocab))
 
-    def verify(step: WindowPass) -> Verdict:
-        ratio = acceptance_ratio(step.p_new, step.p_old)
-        uniform = step.uniforms()
-        accepted = leading_true(uniform < ratio)
-        return Verdict(
+    def verify(step: WindowPass) -> WindowVerdict:
+        ratio = step.speculative_ratio
+        uniform, accepted = step.accept(ratio)
+        return WindowVerdict(
             accepted=accepted,
-            head=next_exact_token(step.p, step.q, accepted, step.generator),
+            head=step.exact_head(accepted),
             next_drafts=shared_gumbel_draw(step.p[1:], step.positions[1:]),
             ratio=ratio,
             uniform=uniform,

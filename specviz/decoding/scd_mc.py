@@ -17,21 +17,20 @@ import torch
 
 from specviz.core.params import WindowParameters
 from specviz.core.settings import SamplingSettings
-from specviz.decoding.sampling import acceptance_ratio, leading_true, maximal_coupling, next_exact_token, sample
-from specviz.decoding.window import Verdict, WindowPass, run_window
+from specviz.decoding.sampling import maximal_coupling, sample
+from specviz.decoding.window import WindowPass, WindowVerdict, run_window
 from specviz.models.protocol import Session
 from specviz.trace import Iteration
 
 
-def verify(step: WindowPass) -> Verdict:
-    ratio = acceptance_ratio(step.p_new, step.p_old)
-    uniform = step.uniforms()
-    accepted = leading_true(uniform < ratio)
+def verify(step: WindowPass) -> WindowVerdict:
+    ratio = step.speculative_ratio
+    uniform, accepted = step.accept(ratio)
     p, q, drafts, generator = step.p, step.q, step.drafts, step.generator
     coupled = maximal_coupling(p[1 : step.w], q[1:], drafts[1:], uniform[1:], generator)
-    return Verdict(
+    return WindowVerdict(
         accepted=accepted,
-        head=next_exact_token(p, q, accepted, generator),
+        head=step.exact_head(accepted),
         next_drafts=torch.cat([coupled, sample(p[step.w :], generator)]),
         ratio=ratio,
         uniform=uniform,

@@ -19,19 +19,18 @@ import torch
 
 from specviz.core.params import WindowParameters
 from specviz.core.settings import SamplingSettings
-from specviz.decoding.sampling import acceptance_ratio, leading_true, next_exact_token, sample
-from specviz.decoding.window import Verdict, WindowPass, run_window
+from specviz.decoding.sampling import sample
+from specviz.decoding.window import WindowPass, WindowVerdict, run_window
 from specviz.models.protocol import Session
 from specviz.trace import Iteration
 
 
-def verify(step: WindowPass) -> Verdict:
-    ratio = acceptance_ratio(step.p_new, step.p_old)
-    uniform = step.uniforms()
-    accepted = leading_true(uniform < ratio)
-    return Verdict(
+def verify(step: WindowPass) -> WindowVerdict:
+    ratio = step.speculative_ratio
+    uniform, accepted = step.accept(ratio)
+    return WindowVerdict(
         accepted=accepted,
-        head=next_exact_token(step.p, step.q, accepted, step.generator),
+        head=step.exact_head(accepted),
         next_drafts=sample(step.p[1:], step.generator),  # independent redraws from p_new
         ratio=ratio,
         uniform=uniform,

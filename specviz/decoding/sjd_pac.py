@@ -63,23 +63,20 @@ import torch
 
 from specviz.core.params import SjdPacParameters
 from specviz.core.settings import SamplingSettings
+from specviz.decoding.passes import PassLoop
 from specviz.decoding.sampling import RESIDUAL_EPSILON, residual, sample, token_probs
 from specviz.decoding.tree import sibling_order
-from specviz.decoding.window import PassClock
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.session import TreeMask
 from specviz.models.syncing import read_to_host
-from specviz.trace import DraftTree, Iteration, TokenRecord, TreeRecord
+from specviz.trace import DraftTree, Iteration, TreeRecord
 
 
 def iterate(
     session: Session, sampling: SamplingSettings, generator: torch.Generator, params: SjdPacParameters
 ) -> Iterator[Iteration]:
     """Yield one Iteration per model pass until every position is fixed."""
-    loop = PacWindow(session, sampling, generator, params)
-    yield loop.first_record()
-    while not loop.done:
-        yield loop.step()
+    yield from PacWindow(session, sampling, generator, params).records()
 
 
 @dataclass
@@ -135,38 +132,25 @@ class PacTree:
         }
 
 
-class PacWindow:
+class PacWindow(PassLoop):
     """The head, and for each drafted position its K candidates (candidate 0 first), which can be drawn,
     and the distribution q they were drawn from; `step()` makes one pass and returns its record."""
 
     def __init__(
         self, session: Session, sampling: SamplingSettings, generator: torch.Generator, params: SjdPacParameters
     ):
-        self.session, self.sampling, self.generator, self.params = session, sampling, generator, params
-        geometry = session.geometry
-        self.seq_len, self.vocab = geometry.seq_len, geometry.vocab_size
-        device = session.next_logits.device
-        self.device = device
-        self.clock = PassClock(device)
+        super().__init__(session, sampling, generator, params)
+        geometry, device = session.geometry, self.device
         self.forced = torch.tensor([*geometry.layout, IMAGE_CELL], device=device)
         layout_tokens = sorted({entry for entry in geometry.layout if entry != IMAGE_CELL})
         codes = torch.ones(self.vocab, device=device)
         codes[layout_tokens] = 0
         self.uniform = codes / codes.sum()  # new slots: a uniformly random image code
         self.trees: dict[int, PacTree] = {}
-        self.head = sample(sampling.probabilities(session.next_logits)[None], generator)
-        self.head_position = 0
+        self.draw_first()
         self.first = torch.empty(0, dtype=torch.long, device=device)  # candidate 0 of every drafted position
         self.q = torch.empty(0, self.vocab, device=device)
         self._fill()
-
-    @property
-    def done(self) -> bool:
-        return self.head_position >= self.seq_len - 1
-
-    def first_record(self) -> TokenRecord:
-        """Position 0 is drawn from the prefill's distribution: exact, and no extra pass."""
-        return TokenRecord(start=0, committed=read_to_host(self.head[:1]), forward_ms=0.0)
 
     def tree(self, columns: int) -> PacTree:
         if columns not in self.trees:
@@ -206,7 +190,7 @@ class PacWindow:
             committed.append(next_token)
             self.head = check["next_token"]
             self._slide(check, accepted)
-        verify_ms = self.clock.ms(forwarded, verified) + (time.perf_counter() - host_started) * 1000
+        verify_ms = self.clock.verify_ms(forwarded, verified, host_started)
 
         record_started = time.perf_counter()
         probability = [min(1.0, max(0.0, value)) for value in values[1 + 2 * n :]]

@@ -55,12 +55,12 @@ import torch
 from specviz.core.params import TreeParameters
 from specviz.core.settings import SamplingSettings
 from specviz.decoding.drafters import DRAFTERS, Drafter, Frontier, VerifiedPass
+from specviz.decoding.passes import PassLoop
 from specviz.decoding.sampling import RESIDUAL_EPSILON, sample
-from specviz.decoding.window import PassClock
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.session import TreeMask
 from specviz.models.syncing import intended_sync, read_to_host
-from specviz.trace import DraftTree, Iteration, TokenRecord, TreeRecord
+from specviz.trace import DraftTree, Iteration, TreeRecord
 
 FATES = ("untested", "rejected", "accepted")  # fate codes 0, 1, 2 on the device
 
@@ -333,13 +333,13 @@ def run_tree(
     relaxation: Relaxation | None = None,
 ) -> Iterator[Iteration]:
     """Yield one Iteration per model pass until every position is fixed."""
-    loop = TreeLoop(session, sampling, generator, params, shapes, relaxation)
-    yield loop.first_record()
-    while not loop.done:
-        yield loop.step()
+    yield from TreeLoop(session, sampling, generator, params, shapes, relaxation).records()
 
 
-class TreeLoop:
+class TreeLoop(PassLoop):
+    """The head and the drafter that grows each pass's tree below it; the shape rule sets each tree's depth
+    and top-k, the relaxation (if any) each node's acceptance."""
+
     def __init__(
         self,
         session: Session,
@@ -349,23 +349,10 @@ class TreeLoop:
         shapes: ShapeRule,
         relaxation: Relaxation | None,
     ):
-        self.session, self.sampling, self.generator, self.params = session, sampling, generator, params
+        super().__init__(session, sampling, generator, params)
         self.shapes, self.relaxation = shapes, relaxation
-        self.layout = session.geometry.layout
-        self.seq_len = session.geometry.seq_len
-        self.clock = PassClock(session.next_logits.device)
-        first = sampling.probabilities(session.next_logits)
         self.drafter = DRAFTERS[params.drafter](session, session.next_logits.float().softmax(-1), shapes.widest)
-        self.head = sample(first[None], generator)
-        self.head_position = 0
-
-    @property
-    def done(self) -> bool:
-        return self.head_position >= self.seq_len - 1
-
-    def first_record(self) -> TokenRecord:
-        """Position 0 is drawn from the prefill's distribution: exact, and no extra pass."""
-        return TokenRecord(start=0, committed=read_to_host(self.head[:1]), forward_ms=0.0)
+        self.draw_first()
 
     def step(self) -> TreeRecord:
         """Grow a tree below the head, verify it in one pass, commit the accepted path and the next token."""
@@ -404,7 +391,7 @@ class TreeLoop:
             committed.append(next_token)
             self.head = verdict.next_token
         self.shapes.learn(start, shape, levels, len(path), len(committed))
-        verify_ms = self.clock.ms(forwarded, verified) + (time.perf_counter() - host_started) * 1000
+        verify_ms = self.clock.verify_ms(forwarded, verified, host_started)
 
         record_started = time.perf_counter()
         record = TreeRecord.model_construct(

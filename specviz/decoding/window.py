@@ -27,10 +27,11 @@ import torch
 from specviz.core.params import WindowParameters
 from specviz.core.settings import SamplingSettings
 from specviz.decoding.initialisers import INITIALISERS, Draw, SlotContext
-from specviz.decoding.sampling import sample, token_probs
+from specviz.decoding.passes import PassClock, PassLoop
+from specviz.decoding.sampling import acceptance_ratio, leading_true, next_exact_token, sample, token_probs
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.syncing import read_to_host
-from specviz.trace import Iteration, TokenRecord, WindowRecord
+from specviz.trace import Iteration, WindowRecord
 
 RESIDUAL_TOP = 6  # tokens recorded at a rejected position, enough to draw its residual
 
@@ -65,9 +66,25 @@ class WindowPass:
         """One fresh uniform per draft."""
         return torch.rand(self.w, generator=self.generator, device=self.p.device)
 
+    @property
+    def speculative_ratio(self) -> torch.Tensor:
+        """min(1, p_new(x) / p_old(x)) of every draft x: SJD's acceptance probability (Eq. 1)."""
+        return acceptance_ratio(self.p_new, self.p_old)
+
+    def accept(self, ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The speculative test of every draft at `ratio`: a fresh uniform each, and the accepted count, the
+        leading run of drafts whose uniform fell below their ratio. Returns (uniform, accepted)."""
+        uniform = self.uniforms()
+        return uniform, leading_true(uniform < ratio)
+
+    def exact_head(self, accepted: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+        """The exact token after the accepted drafts: a draw of the next row after a full acceptance, of the
+        residual norm(max(0, target - q)) at a rejection (SJD Eq. 2; `target` p unless a rule relaxes it)."""
+        return next_exact_token(self.p, self.q, accepted, self.generator, target=target)
+
 
 @dataclass
-class Verdict:
+class WindowVerdict:
     """A rule's decision, all on the device. Offsets are relative to the first draft."""
 
     accepted: torch.Tensor  # 0-d: drafts accepted, a leading run
@@ -82,25 +99,7 @@ class Verdict:
     group_mass_old: torch.Tensor | None = None  # (w,) pooled draft mass
 
 
-Rule = Callable[[WindowPass], Verdict]
-
-
-class PassClock:
-    """Times inside a pass without extra host syncs: CUDA events on a GPU (read once the pass's copy to
-    the host has waited for them), perf_counter on a CPU."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    def mark(self) -> float | torch.cuda.Event:
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def ms(self, start, end) -> float:
-        return start.elapsed_time(end) if self.cuda else (end - start) * 1000
+Rule = Callable[[WindowPass], WindowVerdict]
 
 
 def run_window(
@@ -112,17 +111,13 @@ def run_window(
     draw: Draw | None = None,
 ) -> Iterator[Iteration]:
     """Yield one Iteration per model pass until every position is fixed."""
-    window = JacobiWindow(session, sampling, generator, params, draw)
-    yield window.first_record()
-    while not window.done:
-        step = window.forward()
-        yield window.advance(step, rule(step))
+    yield from JacobiWindow(session, sampling, generator, params, rule, draw).records()
 
 
-class JacobiWindow:
+class JacobiWindow(PassLoop):
     """The window between passes: the head, the drafts after it with the q each was drawn from, and the
-    initialisation that fills new slots. `forward()` makes a pass; `advance(pass, verdict)` applies a
-    rule's verdict to that pass and returns its record."""
+    initialisation that fills new slots. A step is a pass (`forward()`), the rule's verdict on it, and
+    `advance(pass, verdict)`, which applies the verdict and returns the pass's record."""
 
     def __init__(
         self,
@@ -130,24 +125,20 @@ class JacobiWindow:
         sampling: SamplingSettings,
         generator: torch.Generator,
         params: WindowParameters,
+        rule: Rule,
         draw: Draw | None = None,
     ):
-        self.session, self.sampling, self.generator, self.params = session, sampling, generator, params
-        geometry = session.geometry
-        self.seq_len, self.vocab = geometry.seq_len, geometry.vocab_size
-        device = session.next_logits.device
-        self.layout = geometry.layout
-        self.clock = PassClock(device)
+        super().__init__(session, sampling, generator, params)
+        self.rule = rule
+        geometry, device = session.geometry, self.device
         self.positions = torch.arange(self.seq_len + 1, device=device)  # index seq_len: past the end
         self.forced = torch.tensor([*geometry.layout, IMAGE_CELL], device=device)
         self.values = torch.zeros(self.seq_len + 1, dtype=torch.long, device=device)  # latest token everywhere
         draw = draw or (lambda q, positions: sample(q, generator))
         self.initialiser = INITIALISERS[params.init](SlotContext(session, params.window, self.values, generator, draw))
 
-        first = sampling.probabilities(session.next_logits)[None]
-        self.initialiser.remember(0, first)
-        self.head = sample(first, generator)
-        self.head_position = 0
+        self.initialiser.remember(0, self.first_probs)
+        self.draw_first()
         self.values[0] = self.head[0]
         self.drafts = torch.empty(0, dtype=torch.long, device=device)
         self.q = torch.empty(0, self.vocab, device=device)
@@ -156,13 +147,9 @@ class JacobiWindow:
         self.idle_passes = 0  # passes in a row that accepted no draft
         self._fill()
 
-    @property
-    def done(self) -> bool:
-        return self.head_position >= self.seq_len - 1
-
-    def first_record(self) -> Iteration:
-        """Position 0 is drawn from the prefill's distribution: exact, and no extra pass."""
-        return TokenRecord(start=0, committed=read_to_host(self.head[:1]), forward_ms=0.0)
+    def step(self) -> WindowRecord:
+        step = self.forward()
+        return self.advance(step, self.rule(step))
 
     def forward(self) -> WindowPass:
         """One model pass over [head, drafts]: the target rows of the draft positions and the next."""
@@ -174,17 +161,19 @@ class JacobiWindow:
         positions = self.positions[first : first + len(self.drafts) + 1]
         return WindowPass(self.drafts, self.q, p, positions, self.generator, started, self.clock.mark())
 
-    def advance(self, step: WindowPass, verdict: Verdict) -> Iteration:
+    def advance(self, step: WindowPass, verdict: WindowVerdict) -> Iteration:
         """Commit the accepted drafts and the new head, slide and fill the window, and record the pass."""
         host, verified = copy_to_host(step, verdict, self.vocab, self.clock)
         host_started = time.perf_counter()
         start, origins = self.head_position + 1, (self.new_init, self.new_source)
         reset = self._slide(step, verdict, host["accepted"])
-        verify_ms = self.clock.ms(step.forwarded, verified) + (time.perf_counter() - host_started) * 1000
-        timing = (self.clock.ms(step.started, step.forwarded), verify_ms)
+        timing = (
+            self.clock.ms(step.started, step.forwarded),
+            self.clock.verify_ms(step.forwarded, verified, host_started),
+        )
         return window_record(step, verdict, host, start, reset, self.head_position < self.seq_len, origins, timing)
 
-    def _slide(self, step: WindowPass, verdict: Verdict, accepted: int) -> bool:
+    def _slide(self, step: WindowPass, verdict: WindowVerdict, accepted: int) -> bool:
         """Commit the accepted drafts and the head; carry the drafts after a rejection (and the refined
         draft from the row after the window) unless a stall resets them; fill the new slots. Returns
         whether the carried drafts were reset."""
@@ -232,7 +221,7 @@ class JacobiWindow:
 
 def window_record(
     step: WindowPass,
-    verdict: Verdict,
+    verdict: WindowVerdict,
     host: dict,
     start: int,
     reset: bool,
@@ -281,7 +270,7 @@ def window_record(
     return record
 
 
-def copy_to_host(step: WindowPass, verdict: Verdict, vocab: int, clock: PassClock) -> tuple[dict, object]:
+def copy_to_host(step: WindowPass, verdict: WindowVerdict, vocab: int, clock: PassClock) -> tuple[dict, object]:
     """Every number of the record, and the accepted count, in one copy to the host (the pass's one host
     sync): the integers and the per-draft rows of floats are each stacked, then packed as float64 (exact
     for token ids). Also the clock's mark taken just before the copy waits for the device."""

@@ -140,7 +140,7 @@ def token_check(
     that come out are tested against as many draws of the target alone at that position. Exactness is
     a property of each step, so this measures a method's deviation on the trained heads themselves."""
     from specviz.decoding import cspd, cspd_exact
-    from specviz.decoding.denoising import alone, draw, draw_fresh
+    from specviz.decoding.denoising import DenoisingPass, alone, draw, draw_fresh
 
     rules = {"cspd": cspd.verdict, "cspd-exact": cspd_exact.verdict}
     if method not in rules:
@@ -160,7 +160,9 @@ def token_check(
         noise = sample_noise(samples, pair.draft.head, model.token_dim, generator)
         at = torch.full((samples,), position)
         q = draw(pair.draft, draft_condition, noise, sampling, at)
-        verdict = rules[method](pair, sampling, generator, params, draft_condition, q, target_condition, noise, at)
+        verdict = rules[method](
+            DenoisingPass(pair, sampling, generator, params, draft_condition, q, target_condition, noise, at)
+        )
         uniform = torch.rand(samples, generator=generator, device=generator.device)
         accepted = uniform <= torch.exp(verdict.log_ratio.clamp(max=0.0))
         produced = torch.stack([q.tokens[i] if accepted[i] else verdict.resample(i)[0] for i in range(samples)])
