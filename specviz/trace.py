@@ -13,11 +13,22 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from specviz.core.catalogue import CATALOGUE
 from specviz.core.errors import TraceError
 from specviz.core.inputs import brief, read_bounded
+from specviz.core.params import Parameters
+from specviz.core.settings import SamplingSettings
 
 TRACE_VERSION = 3
 # the largest trace a real run writes is a few MB (Emu3 at 720p, 8,190 positions, W = 128: about 6 MB);
@@ -106,6 +117,8 @@ class TraceGeometry(_Strict):
 
 
 class TraceSampling(_Strict):
+    """The run's sampling settings as recorded; `Trace.sampling_settings` holds them to SamplingSettings' bounds."""
+
     temperature: Annotated[float, Field(ge=0.0)]
     top_k: Annotated[int, Field(ge=1)] | None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)]
@@ -497,6 +510,22 @@ class Trace(_Strict):
         | None
     ) = None
     draft_nfe: Count | None = None
+    # typed, made once from the catalogue and SamplingSettings when the trace is made or loaded
+    _parameters: Parameters | None = PrivateAttr(default=None)
+    _sampling_settings: SamplingSettings | None = PrivateAttr(default=None)
+
+    @property
+    def parameters(self) -> Parameters | None:
+        """The method's typed parameters (its class in the catalogue, defaults filled in); None for a method
+        this installation does not have (a trace of an uninstalled package's method still loads)."""
+        return self._parameters
+
+    @property
+    def sampling_settings(self) -> SamplingSettings:
+        """The sampling settings under the same bounds a new run meets, so a loaded trace can race again."""
+        if self._sampling_settings is None:  # a trace made by model_construct skipped the validator
+            self._sampling_settings = SamplingSettings(**self.sampling.model_dump())
+        return self._sampling_settings
 
     @property
     def continuous(self) -> bool:
@@ -519,9 +548,13 @@ class Trace(_Strict):
         g = self.geometry
         if self.method in CATALOGUE:  # a known method's parameters are what its class takes (no window "16")
             try:
-                CATALOGUE[self.method].resolve(self.params)
+                self._parameters = CATALOGUE[self.method].resolve(self.params)
             except ValueError as error:
                 raise ValueError(f"params: {error}") from None
+        try:
+            self._sampling_settings = SamplingSettings(**self.sampling.model_dump())
+        except ValueError as error:
+            raise ValueError(f"sampling: {error}") from None
         if self.vectors is not None and (
             len(self.vectors) != len(self.tokens) or len({len(vector) for vector in self.vectors}) > 1
         ):

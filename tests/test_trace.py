@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+from specviz.core.params import WindowParameters
+from specviz.core.settings import SamplingSettings
 from specviz.decoding import run
 from specviz.trace import MAX_TRACE_BYTES, TRACE_VERSION, Trace, TraceError
 
@@ -174,6 +176,20 @@ def test_a_known_methods_parameters_are_checked_by_its_parameter_class(window):
     data = json.loads((EXAMPLES / "red-apple-sjd.json").read_text())
     data["params"]["window"] = window
     _rejected(data, "params: window must be an integer from 1 to 128")
+
+
+def test_a_loaded_trace_keeps_its_parameters_and_settings_typed(window_data):
+    """Readers take the window and the sampling from typed values, rebuilt once when the trace loads."""
+    trace = Trace.from_json(json.dumps(window_data))
+    assert isinstance(trace.parameters, WindowParameters) and trace.parameters.window == window_data["params"]["window"]
+    assert trace.sampling_settings == SamplingSettings(**window_data["sampling"])
+
+
+@pytest.mark.parametrize("field, value", [("temperature", 100.5), ("guidance_scale", 51.0)])
+def test_a_trace_meets_the_bounds_a_new_run_meets(window_data, field, value):
+    """A loaded trace races again with its own settings, so it may hold no setting a run would refuse."""
+    window_data["sampling"][field] = value
+    _rejected(window_data, "sampling: .* must be between")
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ def needs_retiming(model: ImageModel) -> bool:
 def repeat_passes(model: ImageModel, trace: Trace) -> Iterator[Trace | None]:
     """The same run (model, method, prompt, seed, settings) once more, one item per pass: None after each
     pass, the new trace last. It reproduces the tokens; its clock counts only its own passes."""
-    sampling = SamplingSettings(**trace.sampling.model_dump())
+    sampling = trace.sampling_settings
     stream = RunStream(model, trace.method, trace.prompt, trace.seed, sampling, trace.params)
     while stream.step() is not None:
         yield None
