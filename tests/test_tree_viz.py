@@ -12,7 +12,7 @@ The hand-made trace: a 1x4 grid whose sequence has a forced layout token (9) at 
     2   4      0:(7,-1)                                   [0]     [7]        7 accepted; the image ends
 """
 
-import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from specviz.decoding import run
 from specviz.measure import bench as bench_module
 from specviz.measure.bench import bench
 from specviz.metrics import (
+    MAP_KINDS,
     acceptance_maps,
     cell_of_position,
     depth_map,
@@ -256,23 +257,98 @@ def _assert_frame_draws_the_grid(trace, j: int, dark: bool) -> None:
         assert painted >= 25 * count, (state, painted, count)
 
 
-@pytest.mark.parametrize("dark, large", [(False, False), (True, True)])
-def test_every_view_renders_a_tree_trace_or_says_why_not(eagle2_trace, small, sjd, dark, large):
+def _cells(values) -> list:
+    """Numbers as plain lists, NaN (nothing drawn there) as None."""
+    values = np.asarray(values, dtype=float)
+    return np.where(np.isnan(values), None, values).tolist()
+
+
+def _numbers(fig: go.Figure) -> list:
+    """What a figure draws, its style aside: each heatmap's cells and each bar's or marker's heights, in
+    drawing order; lines (outlines, a tree's edges) and legend-only entries left out."""
+    drawn = []
+    for trace in fig.data:
+        if trace.type == "heatmap" or trace.type == "bar" or "markers" in (getattr(trace, "mode", None) or ""):
+            values = _cells(trace.z if trace.type == "heatmap" else trace.y)
+            if any(value is not None for value in np.ravel(np.array(values, dtype=object))):
+                drawn.append(values)
+    return drawn
+
+
+def _nodes(fig: go.Figure) -> dict[str, int]:
+    """A tree figure's nodes: how many of each kind it marks."""
+    return {trace.name: len(trace.x) for trace in fig.data if trace.mode and "markers" in trace.mode}
+
+
+def _views(trace: Trace, dark: bool, large: bool) -> dict:
     style = {"dark": dark, "large": large}
+    last = len(trace.iterations) - 1
+    return {
+        "tree nodes": [_nodes(tree_figure(trace, j, **style)) for j in (1, last)],
+        "depth map": _numbers(depth_map_figure(trace, **style)),
+        "depth map at the last pass": _numbers(depth_map_figure(trace, last, **style)),
+        "tree shapes": _numbers(tree_shape_figure(trace, **style)),
+        "tau": _numbers(tau_figure(trace, **style)),
+        "accepted length": _numbers(accepted_length_figure(trace, **style)),
+        "race": _numbers(race_figure(trace, trace, **style)),
+        **{kind: _numbers(acceptance_map_figure(trace, kind, **style)) for kind in MAP_KINDS},
+    }
+
+
+def _expected_views(trace: Trace) -> dict:
+    """What each view of `_views` should draw, from the trace's records and its metrics: a tree's nodes
+    by fate (the head, and the token drawn after the path where one was), the depth map as the cells
+    drawn by the target (depth 0) and those accepted from a tree, the asked depth and top-k, tau and
+    the accepted drafts per tree, tokens and drafts per iteration, NFE and seconds, the acceptance maps."""
+    last = len(trace.iterations) - 1
+    depth, shapes, series, maps = depth_map(trace), tree_shape_maps(trace), per_tree(trace), acceptance_maps(trace)
+
+    def nodes(it) -> dict[str, int]:
+        counts = {"head": 1, **Counter(it.tree.fate), "drawn": len(it.committed) - it.accepted}
+        return {NODES[kind][2]: count for kind, count in counts.items() if count}
+
+    depths = [_cells(np.where(depth == 0, 0, np.nan)), _cells(np.where(depth >= 1, depth, np.nan))]
+    return {
+        "tree nodes": [nodes(trace.iterations[j]) for j in (1, last)],
+        "depth map": depths,
+        "depth map at the last pass": depths,
+        "tree shapes": [_cells(shapes["depth"]), _cells(shapes["top_k"])],
+        "tau": [series["tau"].tolist(), series["accepted"].tolist()],
+        "accepted length": [[len(it.committed) for it in trace.iterations], [it.accepted for it in trace.iterations]],
+        "race": [[trace.nfe], [trace.nfe], [trace.seconds], [trace.seconds]],
+        **{kind: [_cells(maps[kind])] for kind in MAP_KINDS},
+    }
+
+
+# the views of the small trace, worked out from the module's docstring
+SMALL_VIEWS = {
+    "tree nodes": [
+        {"head (decided before the pass)": 1, "accepted": 2, "rejected": 2, "untested": 1,
+         "drawn by the target after the path": 1},
+        {"head (decided before the pass)": 1, "accepted": 1},
+    ],
+    "depth map": [[[0, None, 0, None]], [[None, 1, None, 1]]],  # token 6 drawn; the layout slot has no cell
+    "depth map at the last pass": [[[0, None, 0, None]], [[None, 1, None, 1]]],
+    "tree shapes": [[[None, 3, 3, 3]], [[None, 2, 2, 3]]],  # depth and top-k asked of the committing tree
+    "tau": [[3, 1], [2, 1]],
+    "accepted length": [[1, 3, 1], [0, 2, 1]],
+    "race": [[3], [3], [0.1], [0.1]],
+    "iteration": [[[0, 1, 1, 2]]],
+    "run_length": [[[1, 3, 3, 1]]],
+    "redraws": [[[0, 0, 0, 0]]],
+}  # fmt: skip
+
+
+def test_the_expected_views_of_the_small_trace_are_the_worked_out_ones(small):
+    assert _expected_views(small) == SMALL_VIEWS
+
+
+@pytest.mark.parametrize("dark, large", [(False, False), (True, True)])
+def test_every_view_draws_a_tree_traces_numbers_or_says_why_not(eagle2_trace, small, sjd, dark, large):
+    style = {"dark": dark, "large": large}
+    assert _views(small, dark, large) == SMALL_VIEWS
+    assert _views(eagle2_trace, dark, large) == _expected_views(eagle2_trace)
     for trace in (eagle2_trace, small):
-        last = len(trace.iterations) - 1
-        figures = [
-            *(tree_figure(trace, j, **style) for j in (0, 1, last)),
-            depth_map_figure(trace, **style),
-            depth_map_figure(trace, last, **style),
-            tree_shape_figure(trace, **style),
-            tau_figure(trace, **style),
-            accepted_length_figure(trace, **style),
-            race_figure(trace, trace, **style),
-            *(acceptance_map_figure(trace, kind, **style) for kind in ("iteration", "run_length", "redraws")),
-        ]
-        for fig in figures:  # a plot, or a message in its place
-            assert isinstance(fig, go.Figure) and (json.loads(fig.to_json())["data"] or fig.layout.annotations)
         assert "not a Jacobi window" in _messages(window_figure(trace, 1, **style))
         assert "no draft is carried" in _messages(changed_figure(trace, **style))
         assert "prefill" in _messages(tree_figure(trace, 0, **style))

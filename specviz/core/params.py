@@ -12,7 +12,7 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar, Self, get_type_hints
+from typing import Any, Self, get_type_hints
 
 from specviz.core.inputs import brief
 from specviz.core.settings import SettingsError
@@ -52,8 +52,6 @@ def parameter(default: Any, help: str, label: str, **limits: Any) -> Any:
 @dataclass(frozen=True)
 class Parameters:
     """Base of every method's parameters; subclasses only declare fields."""
-
-    method_names: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         for name, kind, spec in self.fields():
@@ -409,7 +407,7 @@ class SjdPacParameters(DraftTreeParameters):
     counts the head and is `tree_positions` 2, its `max_num_new_tokens` 64 counts every token fed."""
 
     window: int = parameter(
-        53, "positions drafted after the head (the first tree_positions of them with several candidates)",
+        53, "SJD-PAC: positions drafted after the head (the first tree_positions of them with several candidates)",
         "Window W", low=1, high=MAX_WINDOW,
     )  # fmt: skip
     candidates: int = parameter(

@@ -1,5 +1,5 @@
-"""Pure functions from a Trace to plotly figures, animation frames and words (see DESIGN.md); the numbers
-they draw come from `specviz.metrics`.
+"""Pure functions from a Trace to plotly figures, animation frames and words (docs/architecture.md); the
+numbers they draw come from `specviz.metrics`.
 
 Names are imported from their modules on first use (PEP 562), so the headless commands that only need
 words (bench, the GPU report) import neither plotly nor matplotlib: a GPU machine without them runs those.

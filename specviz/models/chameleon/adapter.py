@@ -252,7 +252,8 @@ class LuminaMGPTModel(ChameleonImageModel):
     env_var = "SPECVIZ_LUMINA_MGPT_WEIGHTS"
     default_grid = 48
     row_ends = True
-    # Lumina-mGPT's image generation demo: temperature 1, image top-k 2000, guidance 3
+    # the defaults of Lumina-mGPT's inference solver (`create_logits_processor`: guidance 3, image top-k 2000)
+    # at temperature 1; its image generation demo samples with guidance 3 and image top-k 4000
     default_sampling = SamplingSettings(temperature=1.0, top_k=2000, top_p=1.0, guidance_scale=3.0)
 
     @property

@@ -26,7 +26,6 @@ from specviz.models.protocol import Geometry
 from specviz.models.session import CachedSession, PromptRows, cache_keyword, transformers_mask
 
 HUB_ID = "deepseek-community/Janus-Pro-1B"
-LARGER_HUB_ID = "deepseek-community/Janus-Pro-7B"
 ENV_VAR = "SPECVIZ_JANUS_WEIGHTS"
 
 

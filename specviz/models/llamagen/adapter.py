@@ -24,7 +24,7 @@ The network reads and extends a transformers `DynamicCache` and takes a boolean 
 position ids (indices into the rotary table), so `CachedSession` crops, gathers and masks it as it
 does the transformers families'; t2i caption padding is prompt padding to the session.
 
-The VQ decoder lives in `llamagen_vq.py`.
+The VQ decoder lives in `vq.py` beside this file.
 """
 
 from __future__ import annotations
@@ -55,15 +55,14 @@ T5_ENV_VAR = "SPECVIZ_LLAMAGEN_T5_WEIGHTS"
 T5_HUB_ID = "google/flan-t5-xl"
 C2I_FILES = ("c2i_L_256.pt", "vq_ds16_c2i.pt")
 T2I_FILES = ("t2i_XL_stage1_256.pt", "vq_ds16_t2i.pt")
-T5_MAX_TOKENS = 120
 
-# attention heads of the released GPT sizes, by width (the only shape a state dict does not show)
 # the release's sampling defaults (sample_c2i.py / sample_t2i.py), per variant; static so that the app
 # can offer them before any weights are loaded
 RELEASE_SAMPLING = {
     "c2i": SamplingSettings(temperature=1.0, top_k=2000, top_p=1.0, guidance_scale=4.0),
     "t2i": SamplingSettings(temperature=1.0, top_k=1000, top_p=1.0, guidance_scale=7.5),
 }
+# attention heads of the released GPT sizes, by width (the only shape a state dict does not show)
 HEADS_BY_WIDTH = {768: 12, 1024: 16, 1280: 20, 1536: 24, 2560: 40, 2048: 32, 3200: 32, 4096: 32}
 
 

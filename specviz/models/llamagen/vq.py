@@ -7,8 +7,10 @@ channel multiplier from the deepest up, each with `num_res_blocks + 1` ResNet bl
 after each one in the deepest stage only) and a nearest-neighbour 2x upsampling plus convolution
 between stages, then GroupNorm, swish and a 3x3 convolution to RGB in [-1, 1].
 
-Module names follow the released state dicts, so `load_state_dict` takes the checkpoint's decoder,
-`post_quant_conv` and `quantize.embedding` entries as they are; the encoder is not built.
+The ResNet, attention and upsampling blocks are the Chameleon decoder's (`specviz.models.networks.vqgan`:
+both are taming-transformers' blocks under the same names); the stages around them are named as the
+released state dicts name them, so `load_state_dict` takes the checkpoint's decoder, `post_quant_conv`
+and `quantize.embedding` entries as they are; the encoder is not built.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from specviz.models.networks.vqgan import AttnBlock, ResnetBlock, Upsample, group_norm
 
 
 @dataclass(frozen=True)
@@ -51,56 +55,6 @@ class VQDecoderConfig:
             channel_multipliers=tuple(reversed(widths)),
             num_res_blocks=len(blocks) - 1,
         )
-
-
-def group_norm(channels: int) -> nn.GroupNorm:
-    return nn.GroupNorm(num_groups=32, num_channels=channels, eps=1e-6, affine=True)
-
-
-class ResnetBlock(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int):
-        super().__init__()
-        self.norm1 = group_norm(in_channels)
-        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1)
-        self.norm2 = group_norm(out_channels)
-        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
-        self.nin_shortcut = nn.Conv2d(in_channels, out_channels, 1) if in_channels != out_channels else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.conv1(F.silu(self.norm1(x)))
-        h = self.conv2(F.silu(self.norm2(h)))
-        shortcut = x if self.nin_shortcut is None else self.nin_shortcut(x)
-        return shortcut + h
-
-
-class AttnBlock(nn.Module):
-    """Single-head self-attention over all pixels of the feature map, 1x1 convolutions for q, k, v."""
-
-    def __init__(self, channels: int):
-        super().__init__()
-        self.norm = group_norm(channels)
-        self.q = nn.Conv2d(channels, channels, 1)
-        self.k = nn.Conv2d(channels, channels, 1)
-        self.v = nn.Conv2d(channels, channels, 1)
-        self.proj_out = nn.Conv2d(channels, channels, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, channels, height, width = x.shape
-        h = self.norm(x)
-        # (B, 1, HW, C): one head attending over the HW pixels
-        q, k, v = (conv(h).flatten(2).transpose(1, 2).unsqueeze(1) for conv in (self.q, self.k, self.v))
-        out = F.scaled_dot_product_attention(q, k, v)
-        out = out.squeeze(1).transpose(1, 2).reshape(batch, channels, height, width)
-        return x + self.proj_out(out)
-
-
-class Upsample(nn.Module):
-    def __init__(self, channels: int):
-        super().__init__()
-        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
 
 
 class DecoderStage(nn.Module):

@@ -30,7 +30,7 @@ KEY_PREFIXES = ("model.vqmodel.", "vqmodel.", "_vq_model.", "vq_model.", "model.
 KEPT = ("decoder.", "post_quant_conv.", "quantize.embedding.")
 
 
-def _norm(channels: int) -> nn.GroupNorm:
+def group_norm(channels: int) -> nn.GroupNorm:
     return nn.GroupNorm(num_groups=32, num_channels=channels, eps=1e-6, affine=True)
 
 
@@ -38,9 +38,9 @@ class ResnetBlock(nn.Module):
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.norm1 = _norm(in_channels)
+        self.norm1 = group_norm(in_channels)
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1)
-        self.norm2 = _norm(out_channels)
+        self.norm2 = group_norm(out_channels)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
         if in_channels != out_channels:
             self.nin_shortcut = nn.Conv2d(in_channels, out_channels, 1)
@@ -56,7 +56,7 @@ class ResnetBlock(nn.Module):
 class AttnBlock(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
-        self.norm = _norm(channels)
+        self.norm = group_norm(channels)
         self.q = nn.Conv2d(channels, channels, 1)
         self.k = nn.Conv2d(channels, channels, 1)
         self.v = nn.Conv2d(channels, channels, 1)
@@ -119,7 +119,7 @@ class Decoder(nn.Module):
                 up.upsample = Upsample(block_in)
                 current *= 2
             self.up.insert(0, up)
-        self.norm_out = _norm(block_in)
+        self.norm_out = group_norm(block_in)
         self.conv_out = nn.Conv2d(block_in, out_ch, 3, padding=1)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
