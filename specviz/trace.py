@@ -30,7 +30,7 @@ from specviz.core.inputs import brief, read_bounded
 from specviz.core.params import Parameters
 from specviz.core.settings import SamplingSettings
 
-TRACE_VERSION = 3
+TRACE_VERSION = 4
 # the largest trace a real run writes is a few MB (Emu3 at 720p, 8,190 positions, W = 128: about 6 MB);
 # parsing is bounded by this, and memory with it
 MAX_TRACE_BYTES = 32 * 1024 * 1024
@@ -264,6 +264,21 @@ class RowsRecord(_Record):
         return self
 
 
+class GroupTest(_Strict):
+    """A relaxed window test (LANTERN, GSD) as its methods record it: per draft, how many tokens the test pooled,
+    and their mass under the target now and under the distribution the draft was drawn from."""
+
+    size: _per_draft(Count)
+    mass_new: _per_draft(Probability)
+    mass_old: _per_draft(Probability)
+
+    @model_validator(mode="after")
+    def _one_per_draft(self) -> GroupTest:
+        if not len(self.size) == len(self.mass_new) == len(self.mass_old):
+            raise ValueError("a group test holds a size and two masses per draft")
+        return self
+
+
 class WindowRecord(_Record):
     """One pass of a Jacobi-window method (jacobi, sjd, scd-mc, scd-gs, lantern, gsd).
 
@@ -277,8 +292,8 @@ class WindowRecord(_Record):
     (discarded and initialised afresh). `new_init` and `new_source` say where the last
     len(new_init) drafts, verified for the first time, came from (source position, -1 for none).
     `residual_top` lists (token, p_old, p_new) of the most likely tokens at the rejected position.
-    Relaxed methods record the size and the target and draft masses of the group each draft was
-    accepted on. `committed` are the accepted drafts and the token drawn after them.
+    A relaxed method's test is its own part, `group` (the group each draft was tested on). `committed` are
+    the accepted drafts and the token drawn after them.
     """
 
     kind: Literal["window"] = "window"
@@ -300,9 +315,7 @@ class WindowRecord(_Record):
     ) = None
     new_init: _per_draft(Origin) = []
     new_source: _per_draft(Annotated[int, Field(ge=-1)]) = []
-    group_size: _per_draft(Count) | None = None
-    group_mass_new: _per_draft(Probability) | None = None
-    group_mass_old: _per_draft(Probability) | None = None
+    group: GroupTest | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> WindowRecord:
@@ -310,9 +323,8 @@ class WindowRecord(_Record):
         per_draft = [self.p_old, self.p_new, self.ratio, self.uniform, self.tv, self.fate]
         if any(len(values) != n for values in per_draft):
             raise ValueError(f"drafts, p_old, p_new, ratio, uniform, tv and fate need one entry per draft ({n})")
-        groups = [self.group_size, self.group_mass_new, self.group_mass_old]
-        if any(values is not None and len(values) != n for values in groups):
-            raise ValueError(f"group_size and group masses need one entry per draft ({n})")
+        if self.group is not None and len(self.group.size) != n:
+            raise ValueError(f"a group test needs one group per draft ({n})")
         if self.accepted > n or len(self.new_init) > n or len(self.new_source) != len(self.new_init):
             raise ValueError("accepted and new drafts cannot exceed the drafts; new_init and new_source pair up")
         if self.rejected_at is not None and self.rejected_at != self.accepted:
@@ -483,7 +495,7 @@ RECORD_KINDS = ("token", "window", "tree", "continuous", "rows")
 
 
 class Trace(_Strict):
-    version: Literal[3] = TRACE_VERSION
+    version: Literal[4] = TRACE_VERSION
     model: RegistryName
     method: RegistryName
     lossless: bool
@@ -610,7 +622,7 @@ class Trace(_Strict):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Trace:
-        """Parse and validate; a version 1 or 2 trace is converted to version 3 on the way.
+        """Parse and validate; a trace of an earlier version is converted to this one on the way.
 
         The parser counts numbers and object members as it goes and stops at MAX_JSON_VALUES, so a file
         of one enormous list (which pydantic would build whole before checking its length) costs memory
@@ -628,6 +640,8 @@ class Trace(_Strict):
             data = _upgrade_from_version_1(data)
         if isinstance(data, dict) and data.get("version") == 2:
             data = _upgrade_from_version_2(data)
+        if isinstance(data, dict) and data.get("version") == 3:
+            data = _upgrade_from_version_3(data)
         try:
             return cls.model_validate(data, strict=True)
         except ValidationError as error:
@@ -740,7 +754,24 @@ def _upgrade_from_version_2(data: dict) -> dict:
         kept = {name: value for name, value in it.items() if name in _KEPT[kind]}
         leftover = {name: value for name, value in unused.items() if value not in (None, [])}
         converted.append({"kind": kind, **kept, **leftover})
-    return {**data, "version": TRACE_VERSION, "iterations": converted}
+    return {**data, "version": 3, "iterations": converted}
+
+
+VERSION_3_GROUP = {"group_size": "size", "group_mass_new": "mass_new", "group_mass_old": "mass_old"}
+
+
+def _upgrade_from_version_3(data: dict) -> dict:
+    """A version 3 trace as version 4. Version 3 kept a relaxed test's group size and masses in every window
+    record (empty for the exact methods); they become the record's own `group` part."""
+    iterations = data.get("iterations")
+    if not isinstance(iterations, list):
+        return data
+    for it in iterations:
+        if isinstance(it, dict) and it.get("kind") == "window":
+            group = {new: it.pop(old) for old, new in VERSION_3_GROUP.items() if old in it}
+            if any(value is not None for value in group.values()):
+                it["group"] = group
+    return {**data, "version": TRACE_VERSION}
 
 
 NUMBER_ERRORS = ("float_type", "int_type", "float_parsing", "int_parsing")

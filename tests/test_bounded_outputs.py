@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from specviz import cli
 from specviz.core.errors import ExportError
 from specviz.models.tiny import text
-from specviz.trace import Trace, TraceError
+from specviz.trace import TRACE_VERSION, Trace, TraceError
 from specviz.viz import frames
 from specviz.viz.publication import STYLES, write_figures
 from specviz.viz.publication.drawings import window
@@ -53,7 +53,8 @@ def tall_trace(rows: int, cols: int) -> dict:
             iterations.append({"kind": "token", "start": position, "committed": [tokens[position]], "forward_ms": 1.0})
             position += 1
     return {
-        "version": 3, "model": "tiny", "method": "sjd", "lossless": True, "prompt": f"{rows}x{cols}", "seed": 0,
+        "version": TRACE_VERSION, "model": "tiny", "method": "sjd", "lossless": True, "prompt": f"{rows}x{cols}",
+        "seed": 0,
         "sampling": {"temperature": 1.0, "top_k": None, "top_p": 1.0, "guidance_scale": 1.5}, "params": {},
         "geometry": {"rows": rows, "cols": cols, "vocab_size": 1024, "layout": [-1] * n},
         "tokens": tokens, "nfe": len(iterations), "seconds": 1.0, "iterations": iterations,

@@ -10,7 +10,7 @@ import torch
 from specviz.core.settings import SamplingSettings
 from specviz.decoding import run
 from specviz.decoding.window import RESIDUAL_TOP
-from specviz.trace import Trace
+from specviz.trace import TRACE_VERSION, Trace
 
 DATA = Path(__file__).parent / "data"
 
@@ -125,7 +125,7 @@ def test_new_drafts_record_their_source_cell(tiny, init):
 
 def test_a_version_1_trace_loads_as_version_3():
     trace = Trace.load(DATA / "trace-v1-scd-mc.json")
-    assert trace.version == 3 and trace.method == "scd-mc" and trace.nfe == 137 and trace.kind == "window"
+    assert trace.version == TRACE_VERSION and trace.method == "scd-mc" and trace.nfe == 137 and trace.kind == "window"
     assert _fates_match_the_next_window(trace) > 0
     windows = [it for it in trace.iterations if it.kind == "window"]
     assert all(len(it.fate) == len(it.drafts) and it.tv == [None] * len(it.drafts) for it in windows)

@@ -31,7 +31,7 @@ from specviz.decoding.passes import PassClock, PassLoop
 from specviz.decoding.sampling import acceptance_ratio, leading_true, next_exact_token, sample, token_probs
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.syncing import read_to_host
-from specviz.trace import Iteration, WindowRecord
+from specviz.trace import GroupTest, Iteration, WindowRecord
 
 RESIDUAL_TOP = 6  # tokens recorded at a rejected position, enough to draw its residual
 
@@ -259,15 +259,22 @@ def window_record(
         residual_top=host["residual_top"] if rejected else None,
         new_init=origins[0],
         new_source=origins[1],
-        group_size=host.get("group_size"),
-        group_mass_new=host.get("group_mass_new"),
-        group_mass_old=host.get("group_mass_old"),
+        group=_group_test(host),
         committed=committed,
         forward_ms=timing[0],
         verify_ms=timing[1],
     )
     record.record_ms = (time.perf_counter() - record_started) * 1000
     return record
+
+
+def _group_test(host: dict) -> GroupTest | None:
+    """A relaxed rule's group sizes and masses as the record's own part; None for an exact rule."""
+    if host.get("group_size") is None:
+        return None
+    return GroupTest.model_construct(
+        size=host["group_size"], mass_new=host["group_mass_new"], mass_old=host["group_mass_old"]
+    )
 
 
 def copy_to_host(step: WindowPass, verdict: WindowVerdict, vocab: int, clock: PassClock) -> tuple[dict, object]:

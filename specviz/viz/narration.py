@@ -63,7 +63,7 @@ def _window_sentence(it: WindowRecord) -> str:
     head = f"{_drafts(accepted)} accepted" if accepted else "no draft accepted"
     if k is None:
         told = f"all {_drafts(len(it.drafts))} accepted; the token after them was drawn from the model"
-    elif it.group_mass_new is not None:  # lantern, gsd: acceptance of a neighbourhood of similar tokens
+    elif it.group is not None:  # lantern, gsd: acceptance of a neighbourhood of similar tokens
         told = (
             f"{head}; the {_ordinal(k + 1)} (offset {k}) was rejected: the probability mass of its group of "
             f"similar tokens gave a ratio of {_number(it.ratio[k])}, below the uniform draw "
