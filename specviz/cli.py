@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specviz.core.catalogue import CATALOGUE, method_info
+from specviz.core.catalogue import BASELINE, CATALOGUE, is_baseline, method_info
 from specviz.core.errors import REQUEST_ERRORS, ModelUnavailable
 from specviz.core.figure_options import FIGURE_KINDS, FORMATS, STYLES, WIDTH_RANGE_IN
 from specviz.core.inputs import (
@@ -130,18 +130,29 @@ def _own_parameters(method: str) -> set[str]:
     return {name for name, _, _ in method_info(method).parameters.fields()}
 
 
+def _method_help(name: str) -> str:
+    """A parameter's help and defaults, from the methods that take it: 'what it means (default 16 for jacobi,
+    sjd)', then each other meaning a method declares for it, with its own defaults ('...; SJD-PAC: what it
+    means there (default 53 for sjd-pac)')."""
+    meanings: dict[str, dict[str, list[str]]] = {}  # help -> default -> the methods declaring both
+    for method in CATALOGUE.values():
+        for own, _, spec in method.parameters.fields():
+            if own == name:
+                value = str(getattr(method.parameters(), name)).lower()
+                meanings.setdefault(spec.help, {}).setdefault(value, []).append(method.name)
+    texts = []
+    for meaning, defaults in meanings.items():
+        default = "; ".join(f"{value} for {', '.join(owners)}" for value, owners in defaults.items())
+        texts.append(f"{meaning} (default {default})")
+    return "; ".join(texts)
+
+
 def _method_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per method parameter, its help and defaults from the parameter classes."""
     group = parser.add_argument_group("method parameters (each method takes only its own)")
     for name, (kind, spec) in _method_fields().items():
-        defaults: dict[str, list[str]] = {}
-        for method in CATALOGUE.values():
-            if name in _own_parameters(method.name):
-                value = str(getattr(method.parameters(), name)).lower()
-                defaults.setdefault(value, []).append(method.name)
-        default = "; ".join(f"{value} for {', '.join(owners)}" for value, owners in defaults.items())
         flag = "--" + name.replace("_", "-")
-        text = f"{spec.help} (default {default})"
+        text = _method_help(name)
         if kind is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         elif spec.choices:
@@ -244,7 +255,7 @@ def command_run(args: argparse.Namespace) -> int:
 
 def command_race(args: argparse.Namespace) -> int:
     """A method against AR as the app races them, then both timed again undisturbed; a table."""
-    if args.method == "ar":
+    if is_baseline(args.method):
         raise UsageError("race a method against AR, for example --method sjd (ar is the other side)")
     _check_run_inputs(args, [args.method])
     if not 0 <= args.repeats <= MAX_TIMINGS:
@@ -347,7 +358,7 @@ def _bench_to_folder(args: argparse.Namespace, methods: list[str], chosen: list,
     check_device(device)
     params = {name: _method_params(args, name) for name in methods}
     folder = Folder(out)
-    ordered = ["ar", *[m for m in methods if m != "ar"]]
+    ordered = [BASELINE, *[m for m in methods if not is_baseline(m)]]
     all_units = units(chosen, list(range(args.seeds)), methods)
     folder.check(ordered, [job for unit in all_units[launch.rank :: launch.world] for job in unit])  # before any work
     configure_threads(processes=launch.local_world)
@@ -686,155 +697,197 @@ def build_parser() -> argparse.ArgumentParser:
         prog=invoked, description="Speculative and Jacobi decoding for AR image generation, made visible."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (
+        _run_parser,
+        _race_parser,
+        _bench_mar_parser,
+        _pass_cost_parser,
+        _gpu_report_parser,
+        _bench_report_parser,
+        _prompt_vectors_parser,
+        _models_parser,
+        _bench_parser,
+        _bench_cspd_parser,
+        _check_lossless_parser,
+        _figures_parser,
+    ):
+        add_command(commands)
+    return parser
 
-    run_parser = commands.add_parser(
+
+def _seed_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=integer, default=0)
+
+
+def _run_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "run", help="generate one image and save image.png and trace.json (tree methods: also depth-map.png)"
     )
-    _model_arguments(run_parser)
-    run_parser.add_argument("--method", default="ar", help=f"one of: {', '.join(CATALOGUE)} (default ar)")
-    what = run_parser.add_mutually_exclusive_group(required=True)
+    _model_arguments(parser)
+    parser.add_argument("--method", default=BASELINE, help=f"one of: {', '.join(CATALOGUE)} (default {BASELINE})")
+    what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--prompt", help="what to draw, e.g. 'red apple'")
     what.add_argument(
         "--class", dest="class_label", help="ImageNet class of a class-conditional model: index or name, e.g. 207"
     )
-    run_parser.add_argument("--seed", type=integer, default=0)
-    run_parser.add_argument("--out", required=True, help="output folder (created if missing)")
-    _method_arguments(run_parser)
-    _sampling_arguments(run_parser)
-    run_parser.set_defaults(handler=command_run)
+    _seed_argument(parser)
+    parser.add_argument("--out", required=True, help="output folder (created if missing)")
+    _method_arguments(parser)
+    _sampling_arguments(parser)
+    parser.set_defaults(handler=command_run)
 
-    race_parser = commands.add_parser(
+
+def _race_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "race",
         help="race a method against AR as the app does, then time both again undisturbed: NFE, step compression "
         "and the latency speedup with its spread",
     )
-    _model_arguments(race_parser)
-    race_parser.add_argument("--method", default="sjd", help="the method to race against AR (default sjd)")
-    race_parser.add_argument("--prompt", default="red apple", help="what to draw (a class for a class model)")
-    race_parser.add_argument("--seed", type=integer, default=0)
-    race_parser.add_argument(
+    _model_arguments(parser)
+    parser.add_argument("--method", default="sjd", help="the method to race against AR (default sjd)")
+    parser.add_argument("--prompt", default="red apple", help="what to draw (a class for a class model)")
+    _seed_argument(parser)
+    parser.add_argument(
         "--repeats",
         type=integer,
         default=TIMINGS,
         help=f"undisturbed repeats of each run (default {TIMINGS}; 0: none)",
     )
-    _method_arguments(race_parser)
-    _sampling_arguments(race_parser)
-    race_parser.set_defaults(handler=command_race)
+    _method_arguments(parser)
+    _sampling_arguments(parser)
+    parser.set_defaults(handler=command_race)
 
-    mar_parser = commands.add_parser(
+
+def _bench_mar_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "bench-mar",
         help="time MAR's backbone pass over gamma rows and its diffusion head at the release's shapes (random "
         "weights, nothing to download), and the cost ratio c of each draft/target pair",
     )
-    mar_parser.add_argument("--models", default="mar-b,mar-l,mar-h", help="MAR sizes, comma-separated")
-    mar_parser.add_argument("--gammas", default="1,4,8", help="rows of a verification pass (1 is always timed)")
-    mar_parser.add_argument("--repeats", type=integer, default=3, help="timed repeats after one warm-up")
-    mar_parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
-    mar_parser.set_defaults(handler=command_bench_mar)
+    parser.add_argument("--models", default="mar-b,mar-l,mar-h", help="MAR sizes, comma-separated")
+    parser.add_argument("--gammas", default="1,4,8", help="rows of a verification pass (1 is always timed)")
+    parser.add_argument("--repeats", type=integer, default=3, help="timed repeats after one warm-up")
+    parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    parser.set_defaults(handler=command_bench_mar)
 
-    cost_parser = commands.add_parser(
+
+def _pass_cost_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "pass-cost",
         help="time one model pass over n tokens against a pass over one on this device (latency speedup is "
         "step compression divided by this ratio)",
     )
-    _model_arguments(cost_parser)
-    cost_parser.add_argument("--prompt", default="red apple", help="the prompt prefilled first (a class for MAR)")
-    cost_parser.add_argument("--sizes", default="1,2,4,8,17,33", help="tokens per pass, comma-separated")
-    cost_parser.add_argument("--repeats", type=integer, default=5, help="timed repeats after one warm-up")
-    cost_parser.set_defaults(handler=command_pass_cost)
+    _model_arguments(parser)
+    parser.add_argument("--prompt", default="red apple", help="the prompt prefilled first (a class for MAR)")
+    parser.add_argument("--sizes", default="1,2,4,8,17,33", help="tokens per pass, comma-separated")
+    parser.add_argument("--repeats", type=integer, default=5, help="timed repeats after one warm-up")
+    parser.set_defaults(handler=command_pass_cost)
 
-    report_parser = commands.add_parser(
+
+def _gpu_report_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "gpu-report",
         help="every CUDA figure in one command: host reads per pass, pass costs and every method against AR on the "
         "embedded models (reduced without CUDA); writes report.md and report.json",
     )
-    report_parser.add_argument("--out", required=True, help="folder for report.md and report.json")
-    report_parser.add_argument("--device", default=None, help="torch device (default: cuda where there is one)")
-    report_parser.add_argument(
+    parser.add_argument("--out", required=True, help="folder for report.md and report.json")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda where there is one)")
+    parser.add_argument(
         "--minutes", type=number, help="start no section after this many minutes (those left are listed as not run)"
     )
-    report_parser.add_argument("--only", help="comma-separated sections to run (default: all, in the report's order)")
-    report_parser.add_argument(
+    parser.add_argument("--only", help="comma-separated sections to run (default: all, in the report's order)")
+    parser.add_argument(
         "--prompts", type=integer, help="bench only the first N of the plan's prompts (a short lease's whole report)"
     )
-    report_parser.set_defaults(handler=command_gpu_report)
+    parser.set_defaults(handler=command_gpu_report)
 
-    merge_parser = commands.add_parser(
+
+def _bench_report_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "bench-report", help="merge the results of bench --out DIR into tables and figures (DIR/report)"
     )
-    merge_parser.add_argument("folder", help="the folder bench --out wrote")
-    merge_parser.add_argument("--format", default="pdf,svg,png", help="figure formats, comma-separated (pdf,svg,png)")
-    merge_parser.add_argument(
+    parser.add_argument("folder", help="the folder bench --out wrote")
+    parser.add_argument("--format", default="pdf,svg,png", help="figure formats, comma-separated (pdf,svg,png)")
+    parser.add_argument(
         "--clip", help="a local folder holding a CLIP model (transformers' CLIPModel and CLIPProcessor): CLIP scores"
     )
-    merge_parser.set_defaults(handler=command_bench_report)
+    parser.set_defaults(handler=command_bench_report)
 
-    vectors_parser = commands.add_parser(
+
+def _prompt_vectors_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "prompt-vectors",
         help="write the embedded models' prompt vectors to a file, for a machine without the text encoder "
         "(run there with SPECVIZ_PROMPT_VECTORS=FILE)",
     )
-    vectors_parser.add_argument("--out", required=True, help="the .safetensors file to write")
-    vectors_parser.add_argument(
+    parser.add_argument("--out", required=True, help="the .safetensors file to write")
+    parser.add_argument(
         "--prompts", help="a shipped set (parti, coco, ...) or a text file (default: the shipped examples)"
     )
-    vectors_parser.add_argument("--limit", type=integer, help="only the first N prompts of the set")
-    vectors_parser.add_argument("--prompt", action="append", help="one more prompt (repeatable)")
-    vectors_parser.set_defaults(handler=command_prompt_vectors)
+    parser.add_argument("--limit", type=integer, help="only the first N prompts of the set")
+    parser.add_argument("--prompt", action="append", help="one more prompt (repeatable)")
+    parser.set_defaults(handler=command_prompt_vectors)
 
-    models_parser = commands.add_parser("models", help="list registered models and which run offline")
-    models_parser.set_defaults(handler=command_models)
 
-    bench_parser = commands.add_parser(
+def _models_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("models", help="list registered models and which run offline")
+    parser.set_defaults(handler=command_models)
+
+
+def _bench_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "bench", help="time methods against AR, and our AR loop against transformers' generate()"
     )
-    _model_arguments(bench_parser)
-    bench_parser.add_argument("--methods", default="ar", help="comma-separated methods (default ar)")
-    bench_parser.add_argument(
+    _model_arguments(parser)
+    parser.add_argument("--methods", default=BASELINE, help=f"comma-separated methods (default {BASELINE})")
+    parser.add_argument(
         "--prompts",
         help="parti (PartiPrompts, 1,632), coco (COCO-2017 val captions, 5,000), geneval (553), dpg (DPG-Bench, "
         "1,065), imagenet (1,000 classes), or a text file with one prompt per line (default: the shipped examples)",
     )
-    bench_parser.add_argument("--limit", type=integer, help="only the first N prompts (after --category)")
-    bench_parser.add_argument(
+    parser.add_argument("--limit", type=integer, help="only the first N prompts (after --category)")
+    parser.add_argument(
         "--category", help="only the prompts of this category (Parti's category, GenEval's tag, DPG-Bench's source)"
     )
-    bench_parser.add_argument("--seeds", type=integer, default=2, help="seeds 0..K-1 per prompt (default 2)")
-    bench_parser.add_argument("--json", help="also write the results to this JSON file")
-    bench_parser.add_argument(
+    parser.add_argument("--seeds", type=integer, default=2, help="seeds 0..K-1 per prompt (default 2)")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument(
         "--out",
         help="keep every job's result, trace and image in this folder as it ends: resumable, and shared by the ranks "
         "of torchrun, accelerate launch or srun (then merge with bench-report)",
     )
-    bench_parser.add_argument(
+    parser.add_argument(
         "--skip-generate", action="store_true", help="skip timing our AR loop against transformers' generate()"
     )
-    _method_arguments(bench_parser)
-    _sampling_arguments(bench_parser)
-    bench_parser.set_defaults(handler=command_bench)
+    _method_arguments(parser)
+    _sampling_arguments(parser)
+    parser.set_defaults(handler=command_bench)
 
-    sweep_parser = commands.add_parser(
+
+def _bench_cspd_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "bench-cspd",
         help="CSpD sweep on a continuous pair: alpha, passes and latency of cspd and cspd-exact by gamma and pre-fill",
     )
-    _model_arguments(sweep_parser)
-    sweep_parser.set_defaults(model="tiny-continuous")
-    sweep_parser.add_argument("--gammas", default="4,8,16,32", help="draft lengths (default 4,8,16,32)")
-    sweep_parser.add_argument("--prefills", default="0,0.05,0.15", help="pre-filled shares (default 0,0.05,0.15)")
-    sweep_parser.add_argument("--prompts", help="text file, one prompt per line (default: the shipped set)")
-    sweep_parser.add_argument("--seeds", type=integer, default=1, help="seeds 0..K-1 per prompt (default 1)")
-    sweep_parser.add_argument(
+    _model_arguments(parser)
+    parser.set_defaults(model="tiny-continuous")
+    parser.add_argument("--gammas", default="4,8,16,32", help="draft lengths (default 4,8,16,32)")
+    parser.add_argument("--prefills", default="0,0.05,0.15", help="pre-filled shares (default 0,0.05,0.15)")
+    parser.add_argument("--prompts", help="text file, one prompt per line (default: the shipped set)")
+    parser.add_argument("--seeds", type=integer, default=1, help="seeds 0..K-1 per prompt (default 1)")
+    parser.add_argument(
         "--deviation", type=integer, default=0, metavar="SAMPLES",
         help="also test one speculative step of cspd and cspd-exact against the target's own draws at three "
         f"positions of the first prompt, with this many samples each (100 to {MAX_CONTINUOUS_SAMPLES}; 2000: "
         "about a minute per position)",
     )  # fmt: skip
-    sweep_parser.add_argument("--json", help="also write the results to this JSON file")
-    _sampling_arguments(sweep_parser)
-    sweep_parser.set_defaults(handler=command_bench_cspd)
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    _sampling_arguments(parser)
+    parser.set_defaults(handler=command_bench_cspd)
 
-    check_parser = commands.add_parser(
+
+def _check_lossless_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "check-lossless",
         help="compare a method's samples with exact AR probabilities on an enumerable toy model",
         description="Samples many images from a toy model whose AR distribution is known exactly and "
@@ -842,63 +895,67 @@ def build_parser() -> argparse.ArgumentParser:
         "tokens (cspd, cspd-exact, ar-draft) are tested against the target's own AR samples on a continuous toy "
         "pair with an energy-distance permutation test; a method claimed exact exits 1 when it differs.",
     )
-    check_parser.add_argument("--method", required=True, help=f"one of: {', '.join(CATALOGUE)}")
-    check_parser.add_argument(
+    parser.add_argument("--method", required=True, help=f"one of: {', '.join(CATALOGUE)}")
+    parser.add_argument(
         "--samples",
         type=integer,
         help=f"sampled images (default {LOSSLESS_SAMPLES}, at most {MAX_LOSSLESS_SAMPLES}; {CONTINUOUS_SAMPLES} for "
         f"continuous tokens, at most {MAX_CONTINUOUS_SAMPLES})",
     )
-    check_parser.add_argument("--seed", type=integer, default=0)
-    check_parser.add_argument(
+    _seed_argument(parser)
+    parser.add_argument(
         "--toy",
         choices=list(TOY_DESCRIPTIONS),
         default=DEFAULT_TOY,
         help="; ".join(f"{name}: {text}" for name, text in TOY_DESCRIPTIONS.items()) + f" (default {DEFAULT_TOY})",
     )
-    check_parser.add_argument(
+    parser.add_argument(
         "--greedy", action="store_true", help="temperature 0: one outcome, which every sample must equal"
     )
-    _method_arguments(check_parser)
-    check_parser.set_defaults(handler=command_check_lossless)
+    _method_arguments(parser)
+    parser.set_defaults(handler=command_check_lossless)
 
-    low, high = WIDTH_RANGE_IN
-    figures_parser = commands.add_parser(
+
+def _figures_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
         "figures",
         help="publication figures (PDF, SVG, PNG) from one or more trace.json files",
         description="Writes one file per figure and format: "
         + "; ".join(kind.title for kind in FIGURE_KINDS)
         + ". Figures that need records a trace lacks are skipped with a note. No model is loaded unless --image.",
     )
-    figures_parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace.json files, e.g. a method and AR")
-    figures_parser.add_argument("--out", required=True, help="output folder (created if missing)")
-    figures_parser.add_argument(
-        "--format", default="pdf", help=f"comma-separated, from {', '.join(FORMATS)} (default pdf)"
+    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace.json files, e.g. a method and AR")
+    parser.add_argument("--out", required=True, help="output folder (created if missing)")
+    _figure_look_arguments(parser)
+    parser.add_argument(
+        "--iteration", type=integer, help="iteration the window figure shows (default: the one showing most fates)"
     )
-    figures_parser.add_argument(
+    parser.add_argument(
+        "--image",
+        action="store_true",
+        help="add the image after that iteration, decoded by the trace's model (refused for a trace whose grid, "
+        "vocabulary or layout is not its model's)",
+    )
+    parser.set_defaults(handler=command_figures)
+
+
+def _figure_look_arguments(parser: argparse.ArgumentParser) -> None:
+    """The figures' file formats, style and width."""
+    parser.add_argument("--format", default="pdf", help=f"comma-separated, from {', '.join(FORMATS)} (default pdf)")
+    parser.add_argument(
         "--style",
         default="paper",
         help=f"one of {', '.join(STYLES)}: paper has no titles and 8 pt text; slides and dark are for a projector "
         "(default paper)",
     )
-    figures_parser.add_argument(
+    low, high = WIDTH_RANGE_IN
+    parser.add_argument(
         "--width-in",
         type=number,
         help=f"figure width in inches, {low} to {high} (default "
         + ", ".join(f"{style.width_in} for {name}" for name, style in STYLES.items())
         + ")",
     )
-    figures_parser.add_argument(
-        "--iteration", type=integer, help="iteration the window figure shows (default: the one showing most fates)"
-    )
-    figures_parser.add_argument(
-        "--image",
-        action="store_true",
-        help="add the image after that iteration, decoded by the trace's model (refused for a trace whose grid, "
-        "vocabulary or layout is not its model's)",
-    )
-    figures_parser.set_defaults(handler=command_figures)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

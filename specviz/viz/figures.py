@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from functools import partial
 
 import numpy as np
 import plotly.graph_objects as go
@@ -14,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from specviz.metrics import (
     MAP_KINDS,
+    GridState,
     acceptance_maps,
     draft_alone,
     grid_state,
@@ -23,7 +25,7 @@ from specviz.metrics import (
     timed_speedup,
     window_size,
 )
-from specviz.trace import Iteration, Trace
+from specviz.trace import Iteration, Trace, TraceGeometry
 from specviz.viz.narration import latency_verdict, ratio_text
 from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
@@ -37,13 +39,13 @@ TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): 
 SUBPLOT_TITLE_SIZE = 16  # what make_subplots sets its titles' font to
 STRIP = 0.12  # height of the fate strip under the ratio bars, in units of the ratio axis
 OFFSET_TITLE = "offset in the window (0 = first draft)"  # not the grid's columns, drawn above it
-# the bars' subtitle; in large type (as big as the axis titles) the short form fits a half-width plot
 # a wide figure's height (Inspect's window or tree in the projector layout): with the sentence, the buttons
 # and the tabs above it, a 1280 x 720 screen holds it
 WIDE_HEIGHT = 430
 LONG_RUN = 60  # iterations beyond which a per-iteration bar chart draws its bars touching
 ORIGIN_STANDOFF = {False: 0, True: 6}  # px from a per-pass plot's y axis to its labels: in large type both "0" met
 WIDE_TITLE = 1.6  # a wide figure's title line, in half-width plots' lines: about 590 px on a 1280 px projector
+# the bars' subtitle; in large type (as big as the axis titles) the short form fits a half-width plot
 RATIO_TITLE = {False: "acceptance ratio min(1, p_new/p_old) per draft", True: "ratio min(1, p_new/p_old)"}
 MAP_TITLES = {
     "iteration": "iteration that committed each cell",
@@ -191,31 +193,44 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
             large,
         )
     it = trace.iterations[j]
-    g = trace.geometry
     wide = wide and not large
-    end = it.start + len(it.committed)
-    drafts = it.drafts if it.kind == "window" else []  # another kind of pass: an empty window
-    offset_of = {it.start + i: i for i in range(len(drafts))}
+    drafted = len(it.drafts) if it.kind == "window" else 0  # another kind of pass: an empty window
+    fates = it.outcome() if drafted else []
+    describe = partial(_describe_position, trace, it, drafted)
+    fig, bars = _window_panels(wide, large)
+    palette = colors(dark)
+    _draw_grid(fig, grid, np.vectorize(describe, otypes=[object])(grid.position, grid.state), dark, palette)
+    hover = [describe(it.start + i, state) for i, state in enumerate(fates)]
+    _draw_ratios(fig, it.ratio if drafted else [], fates, hover, palette, bars)
+    width = window_size(trace)
+    if drafted and it.rejected_at is not None:
+        _mark_rejection(fig, it.rejected_at, width, dark, palette, bars)
+    _add_state_keys(fig, legend_states(set(fates)) if trace.kind != "rows" else ["committed", "pending"], palette)
+    _window_axes(fig, trace.geometry, width, wide, bars)
+    if not drafted:
+        _say_no_drafts(fig, it.kind, width)
+    return _window_layout(fig, window_title(trace, j), dark, large, wide)
 
-    def describe(position: int, state: str) -> str:
-        """Hover text of one sequence position."""
-        lines = [f"position {position}", f"state: {LABELS[state]}"]
-        if position in offset_of:
-            i = offset_of[position]
-            lines += [
-                f"draft token {it.drafts[i]} (offset {i})",
-                f"p_old {it.p_old[i]:.3f}  p_new {it.p_new[i]:.3f}  ratio {it.ratio[i]:.3f}",
-            ]
-            if it.fate[i] != state:  # a new draft still had a fate: kept or redrawn into the next window
-                lines.append(f"then: {LABELS[it.fate[i]]}")
-        if position < end:
-            lines.append(f"token {trace.tokens[position]}" + (" (committed now)" if position >= it.start else ""))
-        return "<br>".join(lines)
 
-    grid_hover = np.vectorize(describe, otypes=[object])(grid.position, grid.state)
-    draft_fates = it.outcome() if drafts else []
-    bar_hover = [describe(it.start + i, state) for i, state in enumerate(draft_fates)]
+def _describe_position(trace: Trace, it: Iteration, drafted: int, position: int, state: str) -> str:
+    """Hover text of one sequence position in iteration `it`, whose first `drafted` positions from
+    `it.start` hold its drafts."""
+    lines = [f"position {position}", f"state: {LABELS[state]}"]
+    if it.start <= position < it.start + drafted:
+        i = position - it.start
+        lines += [
+            f"draft token {it.drafts[i]} (offset {i})",
+            f"p_old {it.p_old[i]:.3f}  p_new {it.p_new[i]:.3f}  ratio {it.ratio[i]:.3f}",
+        ]
+        if it.fate[i] != state:  # a new draft still had a fate: kept or redrawn into the next window
+            lines.append(f"then: {LABELS[it.fate[i]]}")
+    if position < it.start + len(it.committed):
+        lines.append(f"token {trace.tokens[position]}" + (" (committed now)" if position >= it.start else ""))
+    return "<br>".join(lines)
 
+
+def _window_panels(wide: bool, large: bool) -> tuple[go.Figure, dict[str, int]]:
+    """The grid's panel (row 1, column 1) and the bars' panel, and where the bars' panel is."""
     if wide:  # the grid down the left; the bars top right, the legend under them
         fig = make_subplots(
             rows=2,
@@ -227,18 +242,20 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
             vertical_spacing=0.02,
             subplot_titles=("", RATIO_TITLE[True]),
         )
-        bars = {"row": 1, "col": 2}
-    else:
-        fig = make_subplots(
-            rows=2,
-            cols=1,
-            row_heights=[0.72, 0.28],
-            vertical_spacing=0.14 if large else 0.1,
-            subplot_titles=("", RATIO_TITLE[large]),
-        )
-        bars = {"row": 2, "col": 1}
-    fig.add_trace(_state_heatmap(grid.state, grid_hover, dark, name="grid"), row=1, col=1)
-    palette = colors(dark)
+        return fig, {"row": 1, "col": 2}
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        row_heights=[0.72, 0.28],
+        vertical_spacing=0.14 if large else 0.1,
+        subplot_titles=("", RATIO_TITLE[large]),
+    )
+    return fig, {"row": 2, "col": 1}
+
+
+def _draw_grid(fig: go.Figure, grid: GridState, hover: np.ndarray, dark: bool, palette: dict) -> None:
+    """The grid's cells coloured by state, the cells this iteration committed outlined."""
+    fig.add_trace(_state_heatmap(grid.state, hover, dark, name="grid"), row=1, col=1)
     x, y = _outline(np.argwhere(grid.now), inset=0.08)
     fig.add_trace(
         go.Scatter(
@@ -247,57 +264,66 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
         row=1,
         col=1,
     )
-    offsets = np.arange(len(drafts))
-    fills = [palette[state] for state in draft_fates]
-    ratios = it.ratio if drafts else []
+
+
+def _draw_ratios(fig: go.Figure, ratios: list, fates: list[str], hover: list[str], palette: dict, bars: dict) -> None:
+    """The drafts' acceptance ratios, and under them a strip of every draft's fate: a ratio of 0 still
+    shows its fate."""
+    offsets = np.arange(len(fates))
+    fills = [palette[state] for state in fates]
     for y, base, name in ((ratios, None, "window"), ([STRIP] * len(offsets), -1.3 * STRIP, "fates")):
-        # the ratios, and under them a strip of every draft's fate: a ratio of 0 still shows its fate
         fig.add_trace(
             go.Bar(
                 x=offsets,
                 y=y,
                 base=base,
                 marker={"color": fills},
-                customdata=bar_hover,
+                customdata=hover,
                 hovertemplate="%{customdata}<extra></extra>",
                 name=name,
                 showlegend=False,
             ),
             **bars,
         )
-    width = window_size(trace)
-    if drafts and it.rejected_at is not None:  # its ratio is often about 0, no bar at all: cross it out and label it
-        fig.add_trace(
-            go.Scatter(
-                x=[it.rejected_at],
-                y=[-0.8 * STRIP],
-                mode="markers",
-                marker={"symbol": "x", "size": 14, "color": palette["outline"]},
-                hoverinfo="skip",
-                name="rejected",
-                showlegend=False,
-            ),
-            **bars,
-        )
-        # the label leans away from the nearer end, clear of the ratio axis's tick labels
-        lean = 2.5 if it.rejected_at < max(width, 1) / 2 else -2.5
-        fig.add_annotation(
-            text="rejected",
-            x=it.rejected_at,
-            y=0,
-            ax=it.rejected_at + lean,
-            ay=0.6,
-            xref="x2",
-            yref="y2",
-            axref="x2",
-            ayref="y2",
-            arrowcolor=palette["rejected"],
-            arrowwidth=2,
-            bgcolor=BACKGROUND[dark],
-            bordercolor=palette["rejected"],
-            borderwidth=2,
-        )
-    for state in legend_states(set(draft_fates)) if trace.kind != "rows" else ["committed", "pending"]:
+
+
+def _mark_rejection(fig: go.Figure, rejected_at: int, width: int, dark: bool, palette: dict, bars: dict) -> None:
+    """The rejected draft crossed out and labelled: its ratio is often about 0, no bar at all."""
+    fig.add_trace(
+        go.Scatter(
+            x=[rejected_at],
+            y=[-0.8 * STRIP],
+            mode="markers",
+            marker={"symbol": "x", "size": 14, "color": palette["outline"]},
+            hoverinfo="skip",
+            name="rejected",
+            showlegend=False,
+        ),
+        **bars,
+    )
+    # the label leans away from the nearer end, clear of the ratio axis's tick labels
+    lean = 2.5 if rejected_at < max(width, 1) / 2 else -2.5
+    fig.add_annotation(
+        text="rejected",
+        x=rejected_at,
+        y=0,
+        ax=rejected_at + lean,
+        ay=0.6,
+        xref="x2",
+        yref="y2",
+        axref="x2",
+        ayref="y2",
+        arrowcolor=palette["rejected"],
+        arrowwidth=2,
+        bgcolor=BACKGROUND[dark],
+        bordercolor=palette["rejected"],
+        borderwidth=2,
+    )
+
+
+def _add_state_keys(fig: go.Figure, states: list[str], palette: dict) -> None:
+    """A legend entry per state: a coloured square with no point to draw."""
+    for state in states:
         fig.add_trace(
             go.Scatter(
                 x=[None],
@@ -309,7 +335,12 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
             row=1,
             col=1,
         )
-    fig.update_xaxes(  # the columns on top, so the draft offsets below do not read as them
+
+
+def _window_axes(fig: go.Figure, g: TraceGeometry, width: int, wide: bool, bars: dict) -> None:
+    """The grid's square cells, row 0 on top and the columns above it, so the draft offsets below do not
+    read as them; the bars' offsets and ratios."""
+    fig.update_xaxes(
         showgrid=False,
         zeroline=False,
         row=1,
@@ -338,18 +369,25 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
         title=OFFSET_TITLE if width and not wide else None,  # wide: the bars' own title says per draft
     )
     fig.update_yaxes(zeroline=False, **bars, range=[-1.4 * STRIP, 1.05], tickvals=[0, 0.5, 1], title="ratio")
-    if not drafts:
-        fig.add_annotation(
-            text="no drafts this iteration"
-            if it.kind != "rows"
-            else "nothing verified: the outlined cells were<br>drawn together, one per row in flight",
-            x=(max(width, 1) - 1) / 2,
-            y=0.5,
-            xref="x2",
-            yref="y2",
-            showarrow=False,
-            font={"size": 14},
-        )
+
+
+def _say_no_drafts(fig: go.Figure, kind: str, width: int) -> None:
+    """A note in the bars' panel of an iteration that verified no drafts."""
+    fig.add_annotation(
+        text="no drafts this iteration"
+        if kind != "rows"
+        else "nothing verified: the outlined cells were<br>drawn together, one per row in flight",
+        x=(max(width, 1) - 1) / 2,
+        y=0.5,
+        xref="x2",
+        yref="y2",
+        showarrow=False,
+        font={"size": 14},
+    )
+
+
+def _window_layout(fig: go.Figure, title: str, dark: bool, large: bool, wide: bool) -> go.Figure:
+    """The legend, the height and the shared theme; the bars' title in the figure's text size."""
     if wide:  # the legend in the right column, under the bars' offset axis
         legend = {"orientation": "v", "yanchor": "top", "y": 0.5, "x": 0.6, "xanchor": "left"}
     else:  # large type: the offset axis's title grows, so the legend moves down clear of it
@@ -357,7 +395,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
     fig.update_layout(barmode="overlay", legend=legend)
     # large type: taller as well, so the grid grows with the text instead of giving way to it
     height = WIDE_HEIGHT if wide else 900 if large else 760
-    fig = _finish(fig, window_title(trace, j), height, dark, large, widths=WIDE_TITLE if wide else 1)
+    fig = _finish(fig, title, height, dark, large, widths=WIDE_TITLE if wide else 1)
     if wide:  # nothing under the grid: no bottom margin
         fig.update_layout(margin={"b": 10})
     fig.update_annotations(selector={"text": RATIO_TITLE[large or wide]}, font_size=fig.layout.font.size)  # as the rest

@@ -23,6 +23,7 @@ import imageio.v3 as iio
 import numpy as np
 from PIL import GifImagePlugin, Image, ImageColor, ImageDraw, ImageFont
 
+from specviz.core.catalogue import is_baseline
 from specviz.core.errors import ExportError
 from specviz.metrics import GridState, grid_state, has_trees, summary
 from specviz.trace import Trace
@@ -328,7 +329,7 @@ def _grid(trace: Trace) -> object:
 
 def check_same_run(trace: Trace, ar: Trace) -> None:
     """Refuse to set a trace beside an AR trace of another run: frames would compare different things."""
-    if ar.method != "ar":
+    if not is_baseline(ar.method):
         raise ValueError(f"the baseline to set beside {trace.method} must be an AR trace, not {ar.method}")
     same = ("model", "prompt", "seed", "sampling")
     differing = [field for field in same if getattr(trace, field) != getattr(ar, field)]

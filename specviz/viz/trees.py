@@ -8,6 +8,7 @@ method's trace they say, in place of a plot, that the view belongs to tree metho
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import plotly.graph_objects as go
@@ -26,7 +27,7 @@ from specviz.metrics import (
     tree_of,
     tree_shape_maps,
 )
-from specviz.trace import Trace
+from specviz.trace import DraftTree, Iteration, Trace
 from specviz.viz.figures import (
     WIDE_HEIGHT,
     WIDE_TITLE,
@@ -106,11 +107,48 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
     it = trace.iterations[j]
     if tree is None:
         return message_figure(title, "This token was drawn from the prefill's distribution: no tree.", dark, large)
+    drawing = _drawn_tree(trace, it, tree)
     palette = colors(dark)
+    fig = go.Figure()
+    _draw_branches(fig, drawing, it.path, palette)
+    wide = wide and not large
+    leaves = int(drawing.slot.max()) + 1
+    height = WIDE_HEIGHT if wide else max(480, min(1200, SLOT_PIXELS * leaves + TREE_MARGINS))
+    size = 16 if large else min(11, max(5, (WIDE_HEIGHT - WIDE_TREE_MARGINS) / leaves - 1)) if wide else 11
+    # the path's tokens are written by their nodes where the tree leaves room, else shown on hover only
+    labelled = {"head", "accepted", "drawn"} if height - TREE_MARGINS >= SLOT_PIXELS * leaves else set()
+    _draw_nodes(fig, drawing, size, labelled, palette)
+    title += _depth_axis(fig, it.start, int(drawing.depth.max()))
+    fig.update_yaxes(range=[leaves - 0.5, -1], visible=False)
+    fig.update_layout(legend=WIDE_LEGEND if wide else LEGEND_BELOW)
+    shape = _asked_shape(it)
+    fig = _finish(fig, f"{title}<br>{shape}" if shape else title, height, dark, large, widths=WIDE_TITLE if wide else 1)
+    return fig.update_layout(margin={"b": 150 if large else 100 if wide else 110})
+
+
+class _DrawnTree(NamedTuple):
+    """A pass's tree as drawn, row by row: the head, the tree's nodes, then the token the target drew
+    after the path where it drew one."""
+
+    parents: list[int]  # of every row after the head, as a node of the tree (-1: the head)
+    kind: list[str]  # every row's key in NODES
+    depth: np.ndarray  # every row's place across the figure
+    slot: np.ndarray  # and down it
+    tokens: list[int]
+    hover: list[str]
+
+
+def _drawn_tree(trace: Trace, it: Iteration, tree: DraftTree) -> _DrawnTree:
     drawn = drawn_after(it)
     parents = tree.parents + ([it.path[-1] if it.path else -1] if drawn is not None else [])
     depth, slot = tree_layout(parents)
     kind = ["head", *tree.fate] + (["drawn"] if drawn is not None else [])
+    tokens = [trace.tokens[it.start - 1], *tree.tokens] + ([drawn] if drawn is not None else [])
+    return _DrawnTree(parents, kind, depth, slot, tokens, _node_hover(trace, it, tree, drawn))
+
+
+def _node_hover(trace: Trace, it: Iteration, tree: DraftTree, drawn: int | None) -> list[str]:
+    """Hover text of the head, of every node, and of the token drawn after the path."""
     cells = cell_of_position(trace)
     g = trace.geometry
 
@@ -134,63 +172,48 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
         refused = it.accepted + 1 in {d for d, f in zip(tree.depths, tree.fate, strict=True) if f == "rejected"}
         how = "from what its refused siblings left of p" if refused else "from p (the path reached a leaf)"
         hover.append(f"token {drawn} drawn {how}<br>depth {it.accepted + 1}: {where(it.accepted + 1)}")
+    return hover
 
-    fig = go.Figure()
+
+def _draw_branches(fig: go.Figure, drawing: _DrawnTree, path: list[int], palette: dict) -> None:
+    """Every edge to a parent thin, the accepted path thick, and a dotted line on to the drawn token."""
+    depth, slot = drawing.depth, drawing.slot
     edge_x: list = []
     edge_y: list = []
-    for row, parent in enumerate(parents, start=1):
-        if kind[row] != "drawn":
+    for row, parent in enumerate(drawing.parents, start=1):
+        if drawing.kind[row] != "drawn":
             edge_x += [depth[parent + 1], depth[row], None]
             edge_y += [slot[parent + 1], slot[row], None]
-    fig.add_trace(
-        go.Scatter(
-            x=edge_x,
-            y=edge_y,
-            mode="lines",
-            line={"color": palette["committed"], "width": 1},
-            hoverinfo="skip",
-            showlegend=False,
-        )
-    )
-    path_rows = [0] + [node + 1 for node in it.path]
-    fig.add_trace(
-        go.Scatter(
-            x=depth[path_rows],
-            y=slot[path_rows],
-            mode="lines",
-            line={"color": palette["accepted"], "width": 4},
-            hoverinfo="skip",
-            showlegend=False,
-        )
-    )
-    if drawn is not None:
+    fig.add_trace(_line(edge_x, edge_y, {"color": palette["committed"], "width": 1}))
+    path_rows = [0] + [node + 1 for node in path]
+    fig.add_trace(_line(depth[path_rows], slot[path_rows], {"color": palette["accepted"], "width": 4}))
+    if drawing.kind[-1] == "drawn":
         fig.add_trace(
-            go.Scatter(
-                x=[depth[path_rows[-1]], depth[-1]],
-                y=[slot[path_rows[-1]], slot[-1]],
-                mode="lines",
-                line={"color": palette["outline"], "width": 2, "dash": "dot"},
-                hoverinfo="skip",
-                showlegend=False,
+            _line(
+                [depth[path_rows[-1]], depth[-1]],
+                [slot[path_rows[-1]], slot[-1]],
+                {"color": palette["outline"], "width": 2, "dash": "dot"},
             )
         )
-    wide = wide and not large
-    leaves = int(slot.max()) + 1
-    height = WIDE_HEIGHT if wide else max(480, min(1200, SLOT_PIXELS * leaves + TREE_MARGINS))
-    size = 16 if large else min(11, max(5, (WIDE_HEIGHT - WIDE_TREE_MARGINS) / leaves - 1)) if wide else 11
-    # the path's tokens are written by their nodes where the tree leaves room, else shown on hover only
-    labelled = {"head", "accepted", "drawn"} if height - TREE_MARGINS >= SLOT_PIXELS * leaves else set()
-    tokens = [trace.tokens[head_position], *tree.tokens] + ([drawn] if drawn is not None else [])
+
+
+def _line(x: object, y: object, line: dict) -> go.Scatter:
+    return go.Scatter(x=x, y=y, mode="lines", line=line, hoverinfo="skip", showlegend=False)
+
+
+def _draw_nodes(fig: go.Figure, drawing: _DrawnTree, size: float, labelled: set[str], palette: dict) -> None:
+    """The nodes, one trace per kind (its colour, symbol and legend entry), the `labelled` kinds' tokens
+    written beside them."""
     for name, (color, symbol, label) in NODES.items():
-        rows = [row for row, k in enumerate(kind) if k == name]
+        rows = [row for row, k in enumerate(drawing.kind) if k == name]
         if not rows:
             continue
         fig.add_trace(
             go.Scatter(
-                x=depth[rows],
-                y=slot[rows],
+                x=drawing.depth[rows],
+                y=drawing.slot[rows],
                 mode="markers+text" if name in labelled else "markers",
-                text=[str(tokens[row]) for row in rows] if name in labelled else None,
+                text=[str(drawing.tokens[row]) for row in rows] if name in labelled else None,
                 textposition="middle right" if name == "drawn" else "top center",
                 marker={
                     "color": palette[color],
@@ -198,31 +221,34 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
                     "size": size * (1.3 if name in ("head", "drawn") else 1),
                     "line": {"color": palette["outline"], "width": 1},
                 },
-                customdata=[hover[row] for row in rows],
+                customdata=[drawing.hover[row] for row in rows],
                 hovertemplate="%{customdata}<extra></extra>",
                 name=label,
             )
         )
-    top = int(depth.max())
+
+
+def _depth_axis(fig: go.Figure, start: int, top: int) -> str:
+    """The depth axis, opened on the first SHOWN_DEPTH depths; what the title adds where it hides some."""
     ticks = list(range(top + 1))
     shown = min(top, SHOWN_DEPTH)  # a long chain (sjd-pac's) is panned to; the branching stays legible
-    if shown < top:
-        title += f"<br>depths 0-{shown} of {top} shown: drag to pan along the chain"
     fig.update_xaxes(
         range=[-0.5, shown + 0.9],  # room for the label right of the drawn token
         tickvals=ticks,
         ticktext=["head"] + [f"{d}" for d in ticks[1:]],
-        title=f"depth in the tree (depth d drafts position {it.start} + d - 1)",
+        title=f"depth in the tree (depth d drafts position {start} + d - 1)",
         showgrid=False,
         zeroline=False,
     )
-    fig.update_yaxes(range=[leaves - 0.5, -1], visible=False)
-    fig.update_layout(legend=WIDE_LEGEND if wide else LEGEND_BELOW)
+    return f"<br>depths 0-{shown} of {top} shown: drag to pan along the chain" if shown < top else ""
+
+
+def _asked_shape(it: Iteration) -> str:
+    """'asked: depth 6, top-k 10, set by alpha 0.42': the tree shape the pass asked for, where it recorded one."""
     shape = f"asked: depth {it.tree_depth}, top-k {it.tree_top_k}" if it.tree_depth is not None else ""
     if it.alpha is not None:
         shape += f", set by alpha {it.alpha:.2f}"
-    fig = _finish(fig, f"{title}<br>{shape}" if shape else title, height, dark, large, widths=WIDE_TITLE if wide else 1)
-    return fig.update_layout(margin={"b": 150 if large else 100 if wide else 110})
+    return shape
 
 
 def depth_map_figure(trace: Trace, j: int | None = None, dark: bool = False, large: bool = False) -> go.Figure:

@@ -16,6 +16,7 @@ from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
 from specviz import metrics
+from specviz.core.catalogue import is_baseline
 from specviz.metrics import (
     acceptance_maps,
     grid_state,
@@ -354,11 +355,13 @@ def comparison_rows(traces: Sequence[Trace]) -> tuple[list[ComparisonRow], list[
     same model, prompt, seed and sampling where one is given; and notes on runs that have none."""
     ar_of = {}
     for trace in traces:
-        if trace.method == "ar":
+        if is_baseline(trace.method):
             ar_of.setdefault(_run_key(trace), trace)
     rows: dict[str, ComparisonRow] = {}
     unpaired: dict[tuple, list[str]] = {}
-    for trace, label in sorted(zip(traces, _method_labels(traces), strict=True), key=lambda p: p[0].method != "ar"):
+    for trace, label in sorted(
+        zip(traces, _method_labels(traces), strict=True), key=lambda p: not is_baseline(p[0].method)
+    ):
         ar = ar_of.get(_run_key(trace))
         numbers = summary(trace, ar)
         row = rows.setdefault(label, ComparisonRow(label, trace.lossless))
@@ -391,7 +394,8 @@ def comparison(traces: Sequence[Trace], setting: Setting) -> Figure:
     prompt and seed runs, geometric for ratios; dots: each run); lossy methods hatched."""
     rows, _ = comparison_rows(traces)
     style, palette = setting.style, setting.palette
-    run_colours = [palette["committed"] if row.label == "ar" else palette["accepted"] for row in rows]
+    # the baseline takes no parameters, so its row's label is its name
+    run_colours = [palette["committed"] if is_baseline(row.label) else palette["accepted"] for row in rows]
     panels = [
         ("nfe", "model passes\n(NFE)", run_colours),
         ("step_compression", "step\ncompression", [OKABE_ITO["blue"]] * len(rows)),
