@@ -45,9 +45,8 @@ def window_size(trace: Trace) -> int:
     """Drafts in the widest window the run may verify: its `window` parameter, or the widest window it
     drafted where that is wider or the trace names none (a converted or hand-made trace). The window
     views draw their offsets on this fixed axis, so stepping through the run never rescales them."""
-    param = trace.params.get("window")
-    named = param if isinstance(param, int) and not isinstance(param, bool) else 0
-    return max(named, 0, *(len(it.drafts) for it in trace.iterations if it.kind == "window"))
+    named = getattr(trace.parameters, "window", 0) if "window" in trace.params else 0
+    return max(named, 0, *(it.window_drafts for it in trace.iterations))
 
 
 def has_trees(trace: Trace) -> bool:
@@ -74,7 +73,7 @@ def opening_iteration(trace: Trace, on: str | None = None) -> int:
     if stalled:
         return max(stalled, key=lambda found: (found[1], -found[0]))[0]
     if has_trees(trace):
-        return max(range(len(its)), key=lambda j: (its[j].kind == "tree", its[j].accepted, -j))
+        return max(range(len(its)), key=lambda j: (its[j].draft_tree is not None, its[j].accepted, -j))
     if trace.continuous:
         return max(range(len(its)), key=lambda j: (its[j].fate.count("accepted"), bool(its[j].fate), -j))
     for j, it in enumerate(its):
@@ -201,10 +200,8 @@ def drafted_tokens(trace: Trace, j: int) -> list[int] | None:
     what the window held; None where a pass leaves no such draft (AR, a tree, a continuous pass, a
     window accepted whole)."""
     it = iteration_at(trace, j)
-    if it.kind != "window":
-        return None
     end = it.start + len(it.committed)
-    guesses = it.drafts[len(it.committed) : len(trace.geometry.layout) - it.start]
+    guesses = it.uncommitted_drafts()[: len(trace.geometry.layout) - end]
     return trace.tokens[:end] + guesses if guesses and len(trace.tokens) >= end else None
 
 
@@ -246,8 +243,8 @@ def per_iteration(trace: Trace) -> dict[str, np.ndarray]:
         "committed": np.array([len(it.committed) for it in its], dtype=int),
         "changed": np.array([it.changed for it in its], dtype=int),
         "carried": np.array([it.carried for it in its], dtype=int),
-        "window": np.array([len(it.drafts) if it.kind == "window" else 0 for it in its], dtype=int),
-        "new_drafts": np.array([len(it.new_init) if it.kind == "window" else 0 for it in its], dtype=int),
+        "window": np.array([it.window_drafts for it in its], dtype=int),
+        "new_drafts": np.array([it.new_drafts for it in its], dtype=int),
         "forward_ms": np.array([it.forward_ms for it in its], dtype=float),
         "verify_ms": np.array([it.verify_ms for it in its], dtype=float),
     }
@@ -263,8 +260,8 @@ def depth_map(trace: Trace) -> np.ndarray:
     depth = np.full(len(trace.geometry.layout), np.nan)
     for it in trace.iterations:
         depth[it.start : it.start + len(it.committed)] = DRAWN_DEPTH
-        if it.kind == "tree":
-            depth[it.start : it.start + it.accepted] = [it.tree.depths[node] for node in it.path]
+        accepted = it.accepted_depths()
+        depth[it.start : it.start + len(accepted)] = accepted
     return on_grid(trace, depth, np.nan)
 
 
@@ -276,10 +273,8 @@ def tree_shape_maps(trace: Trace) -> dict[str, np.ndarray]:
     length = len(trace.geometry.layout)
     maps = {key: np.full(length, np.nan) for key in ("depth", "top_k", "alpha")}
     for it in trace.iterations:
-        if it.kind != "tree":
-            continue
         span = slice(it.start, it.start + len(it.committed))
-        for key, value in (("depth", it.tree_depth), ("top_k", it.tree_top_k), ("alpha", it.alpha)):
+        for key, value in (it.asked_shape() or {}).items():
             if value is not None:
                 maps[key][span] = value
     return {key: on_grid(trace, values, np.nan) for key, values in maps.items()}
@@ -290,7 +285,7 @@ def per_tree(trace: Trace) -> dict[str, np.ndarray]:
     accepted path and the token drawn after it, as the papers' tables count), `accepted` the path's
     length, the `depth` and `top_k` asked for, `levels` the depth the tree reached, `size` its nodes,
     `alpha` (NaN where the method records none) and the drafter's and the model's milliseconds."""
-    its = [(index, it) for index, it in enumerate(trace.iterations) if it.kind == "tree"]
+    its = [(index, it) for index, it in enumerate(trace.iterations) if it.draft_tree is not None]
     return {
         "iteration": np.array([index for index, _ in its], dtype=int),
         "tau": np.array([len(it.committed) for _, it in its], dtype=int),
@@ -337,8 +332,7 @@ def drawn_after(iteration: Iteration) -> int | None:
 
 def tree_of(trace: Trace, j: int) -> DraftTree | None:
     """Iteration j's draft tree, with a clear error for a bad j; None where it verified none."""
-    it = iteration_at(trace, j)
-    return it.tree if it.kind == "tree" else None
+    return iteration_at(trace, j).draft_tree
 
 
 class Speedup(NamedTuple):
@@ -363,15 +357,13 @@ def timed_speedup(trace: Trace, ar: Trace) -> Speedup | None:
 def draft_acceptance(iterations: list[Iteration]) -> float | None:
     """A continuous run's accepted share of its tested drafts (CSpD's alpha); None where none was tested.
     A draft after the first rejection is discarded untested and does not count."""
-    tested = [f for it in iterations if it.kind == "continuous" for f in it.fate if f != "discarded"]
+    tested = [fate for it in iterations for fate in it.tested_fates()]
     return tested.count("accepted") / len(tested) if tested else None
 
 
 def only_the_draft_drew(iterations: list[Iteration]) -> bool:
     """Every token of these iterations drawn by a continuous pair's draft model, none verified (ar-draft)."""
-    return bool(iterations) and all(
-        it.kind == "continuous" and not it.fate and set(it.source) <= {"draft"} for it in iterations
-    )
+    return bool(iterations) and all(it.drawn_by_draft_alone for it in iterations)
 
 
 def draft_alone(trace: Trace) -> bool:

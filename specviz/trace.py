@@ -222,6 +222,43 @@ class _Record(_Strict):
         """Drafts carried into the next window, changed or not."""
         return 0
 
+    @property
+    def window_drafts(self) -> int:
+        """Drafts in the pass's Jacobi window (0: the pass had none)."""
+        return 0
+
+    @property
+    def new_drafts(self) -> int:
+        """Drafts the pass verified for the first time (a window's new slots)."""
+        return 0
+
+    @property
+    def draft_tree(self) -> DraftTree | None:
+        """The draft tree the pass verified, if it verified one."""
+        return None
+
+    def uncommitted_drafts(self) -> list[int]:
+        """The drafts after the committed run that the pass verified but did not keep in place (a window's
+        guesses beyond its accepted run and resampled token)."""
+        return []
+
+    def accepted_depths(self) -> list[int]:
+        """The depth in its draft tree of each accepted draft (none without a tree)."""
+        return []
+
+    def asked_shape(self) -> dict[str, float | None] | None:
+        """The tree shape the method asked for this pass (depth, top-k, PEANUT's alpha); None without a tree."""
+        return None
+
+    def tested_fates(self) -> list[str]:
+        """The fates of a continuous pass's drafts that were tested (not those discarded untested)."""
+        return []
+
+    @property
+    def drawn_by_draft_alone(self) -> bool:
+        """Every token of the pass drawn by a continuous pair's draft model, none verified (ar-draft)."""
+        return False
+
     def _commits_path(self, what: str) -> None:
         if len(self.committed) not in (self.accepted, self.accepted + 1):
             raise ValueError(f"a {what} commits its accepted drafts and at most one token after them")
@@ -365,6 +402,17 @@ class WindowRecord(_Record):
     def carried(self) -> int:
         return self.fate.count("redrawn") + self.fate.count("kept")
 
+    @property
+    def window_drafts(self) -> int:
+        return len(self.drafts)
+
+    @property
+    def new_drafts(self) -> int:
+        return len(self.new_init)
+
+    def uncommitted_drafts(self) -> list[int]:
+        return self.drafts[len(self.committed) :]
+
 
 LATER_FATES = {"kept", "redrawn", "reset"}
 
@@ -424,6 +472,16 @@ class TreeRecord(_Record):
 
     def drafted_ids(self) -> list[int]:
         return self.tree.tokens
+
+    @property
+    def draft_tree(self) -> DraftTree:
+        return self.tree
+
+    def accepted_depths(self) -> list[int]:
+        return [self.tree.depths[node] for node in self.path]
+
+    def asked_shape(self) -> dict[str, float | None]:
+        return {"depth": self.tree_depth, "top_k": self.tree_top_k, "alpha": self.alpha}
 
 
 class ContinuousRecord(_Record):
@@ -486,6 +544,13 @@ class ContinuousRecord(_Record):
     def outcome(self) -> list[str]:
         return list(self.fate)
 
+    def tested_fates(self) -> list[str]:
+        return [fate for fate in self.fate if fate != "discarded"]
+
+    @property
+    def drawn_by_draft_alone(self) -> bool:
+        return not self.fate and set(self.source) <= {"draft"}
+
 
 # one pass of a run, tagged by its kind; a run's passes are of one kind, after a first token pass
 Iteration = Annotated[
@@ -530,6 +595,8 @@ class Trace(_Strict):
     def parameters(self) -> Parameters | None:
         """The method's typed parameters (its class in the catalogue, defaults filled in); None for a method
         this installation does not have (a trace of an uninstalled package's method still loads)."""
+        if self._parameters is None and self.method in CATALOGUE:  # a trace made by model_construct
+            self._parameters = CATALOGUE[self.method].resolve(self.params)
         return self._parameters
 
     @property

@@ -25,7 +25,16 @@ from specviz.metrics import (
     timed_speedup,
     window_size,
 )
-from specviz.trace import Iteration, Trace, TraceGeometry
+from specviz.trace import (
+    ContinuousRecord,
+    Iteration,
+    RowsRecord,
+    TokenRecord,
+    Trace,
+    TraceGeometry,
+    TreeRecord,
+    WindowRecord,
+)
 from specviz.viz.narration import latency_verdict, ratio_text
 from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
@@ -149,21 +158,45 @@ def pass_outcome(it: Iteration, cols: int) -> str:
     the window', '59 drafts in a tree, 5 accepted, +1 drawn after them', '2 tokens drawn together, rows 7,
     8', '3 of 8 drafts accepted'; a pass that fixed a grid row's worth of tokens or more says so."""
     whole_row = ", a whole row at once" if len(it.committed) >= cols else ""
-    if it.kind == "tree":
-        drawn = ", +1 drawn after them" if len(it.committed) > it.accepted else ""
-        return f"{len(it.tree.tokens)} drafts in a tree, {it.accepted} accepted{drawn}{whole_row}"
-    if it.kind == "rows":
-        if len(it.rows) == 1:
-            return f"1 token drawn, row {it.rows[0]}"
-        return f"{len(it.rows)} tokens drawn together, rows {', '.join(str(row) for row in it.rows)}"
-    if it.kind == "continuous" and it.fate:
-        return f"{it.accepted} of {len(it.fate)} drafts accepted{whole_row}"
-    if it.kind != "window":
-        return f"no drafts, {len(it.committed)} token sampled"
+    return OUTCOMES[it.kind](it, whole_row)
+
+
+def _token_outcome(it: TokenRecord, whole_row: str) -> str:
+    return f"no drafts, {len(it.committed)} token sampled"
+
+
+def _window_outcome(it: WindowRecord, whole_row: str) -> str:
     if it.rejected_at is None:
         bonus = len(it.committed) - it.accepted
         return f"all {it.accepted} accepted" + (f", +{bonus} sampled after the window" if bonus else "") + whole_row
     return f"{it.accepted} accepted, rejected at {it.rejected_at}{whole_row}"
+
+
+def _tree_outcome(it: TreeRecord, whole_row: str) -> str:
+    drawn = ", +1 drawn after them" if len(it.committed) > it.accepted else ""
+    return f"{len(it.tree.tokens)} drafts in a tree, {it.accepted} accepted{drawn}{whole_row}"
+
+
+def _continuous_outcome(it: ContinuousRecord, whole_row: str) -> str:
+    if not it.fate:  # AR or the draft alone on a continuous pair
+        return f"no drafts, {len(it.committed)} token sampled"
+    return f"{it.accepted} of {len(it.fate)} drafts accepted{whole_row}"
+
+
+def _rows_outcome(it: RowsRecord, whole_row: str) -> str:
+    if len(it.rows) == 1:
+        return f"1 token drawn, row {it.rows[0]}"
+    return f"{len(it.rows)} tokens drawn together, rows {', '.join(str(row) for row in it.rows)}"
+
+
+# what each kind of pass says it did
+OUTCOMES = {
+    "token": _token_outcome,
+    "window": _window_outcome,
+    "tree": _tree_outcome,
+    "continuous": _continuous_outcome,
+    "rows": _rows_outcome,
+}
 
 
 def _outline(cells: np.ndarray, inset: float) -> tuple[list, list]:
@@ -194,7 +227,7 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
         )
     it = trace.iterations[j]
     wide = wide and not large
-    drafted = len(it.drafts) if it.kind == "window" else 0  # another kind of pass: an empty window
+    drafted = it.window_drafts  # another kind of pass: an empty window
     fates = it.outcome() if drafted else []
     describe = partial(_describe_position, trace, it, drafted)
     fig, bars = _window_panels(wide, large)

@@ -184,7 +184,7 @@ def window(trace: Trace, setting: Setting) -> Figure:
     f = setting.style.font_in
     image = setting.decode(trace, tokens_through(trace, j)) if setting.decode else None
     shown = set(grid.state.flat) | set(it.outcome())
-    drafts = it.kind == "window"
+    drafts = it.window_drafts > 0
     states = [state for state in STATES if state in shown]
     heights = [grid_in]
     if image is not None:
