@@ -55,7 +55,7 @@ DEFAULT_TOY = "short"
 # measured on the 2-core machine with one torch thread: 1,600 samples/s (AR on the short toy) down to 140-250
 # (every method on the llama toy), so this many take from 2 to about 20 minutes
 MAX_LOSSLESS_SAMPLES = 200_000
-CONTINUOUS_SAMPLES = 2_000  # continuous tokens: enough for the energy test to find cspd's deviation
+CONTINUOUS_SAMPLES = 2_000  # continuous tokens: finds a broken resampling (cspd's small gap on the toy needs more)
 # each sample is a whole run of the method's loop (320 samples/s for cspd-exact, 430 for cspd, 1,300 for
 # ar-draft), and the energy test's permutations grow with the square of the count (38 s at 8,000 a side):
 # 20,000 take about 5 minutes
@@ -616,7 +616,7 @@ def _load_trace(path: str) -> Trace:
 
 def _undecodable(trace: Trace, model: ImageModel) -> str | None:
     """Why `model` cannot decode the trace's tokens, or None where it can: the checks of the app's replay
-    (specviz.ui.service.decoder_for), which shows no image for such a trace. The model's grid, vocabulary
+    (specviz.ui.loading.decoder_for), which shows no image for such a trace. The model's grid, vocabulary
     and layout must be the trace's, and its kind of order: a raster model's trace that claims a generation
     order is decoded only where its method decides positions in its own order, and then in that order."""
     from specviz.decoding.registry import METHODS

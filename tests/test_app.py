@@ -20,7 +20,7 @@ from specviz import metrics, viz
 from specviz.core.settings import SamplingSettings
 from specviz.decoding import METHODS, run
 from specviz.ui.controls import PARAMETERS
-from specviz.ui.service import show
+from specviz.ui.pictures import show
 
 pytestmark = pytest.mark.xdist_group("app")  # one launched app per test run
 
@@ -419,15 +419,17 @@ def test_stop_says_stopped_and_how_far_and_cancels_compare(server):
     from specviz.ui.race import racing
 
     counters = ("**sjd** · NFE 9 · 40/256 tokens · 0.20 s", "**ar** · NFE 60 · 60/256 tokens · 0.30 s")
-    race_note, compare_note, *cleared = stopped(RACING, None, racing("sjd"), *counters)  # Compare never ran
+    said = stopped(RACING, None, racing("sjd"), *counters)  # Compare never ran
+    race_note, compare_note = said["summary"], said["compare_note"]
     assert race_note.startswith("**Stopped**") and "40/256 tokens" in race_note and "60/256" in race_note
-    assert compare_note == {"__type__": "update"} and cleared == [None, False]  # no comparison was running
+    assert compare_note == {"__type__": "update"}  # no comparison was running
+    assert (said["race_activity"], said["comparing"]) == (None, False)  # both activities cleared
     retiming = "*Timing both runs again with nothing drawing: 1 of up to 3 done.*\n\n### sjd: 2.90x step compression"
-    race_note, compare_note, *_ = stopped(RaceActivity("retiming", 1), True, retiming, *counters)
-    assert "while timing the runs again (1 rounds done)" in race_note and race_note.endswith("step compression")
-    assert compare_note.startswith("**Stopped**")
-    race_note, compare_note, *_ = stopped(None, False, "### sjd: 2.90x step compression", *counters)
-    assert race_note == compare_note == {"__type__": "update"}  # nothing was running: the page stays as it is
+    said = stopped(RaceActivity("retiming", 1), True, retiming, *counters)
+    assert "while timing the runs again (1 rounds done)" in said["summary"]
+    assert said["summary"].endswith("step compression") and said["compare_note"].startswith("**Stopped**")
+    said = stopped(None, False, "### sjd: 2.90x step compression", *counters)
+    assert said["summary"] == said["compare_note"] == {"__type__": "update"}  # nothing was running: the page stays
     config = Client(server, verbose=False).config
     api = {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
     stop = next(d for d in config["dependencies"] if d.get("api_name") == "stop")

@@ -384,15 +384,16 @@ def test_the_app_shows_a_continuous_run_with_its_own_views(pair):
     accepted = [(it.fate.count("accepted"), bool(it.fate)) for it in trace.iterations]
     assert j == accepted.index(max(accepted))  # the most drafts accepted, else the first drafts tested
     assert trace.iterations[j].fate  # not a pre-filled token
-    bars, _, paths = inspection.iteration_views({"trace": trace}, j, False, False)
+    views = inspection.iteration_views({"trace": trace}, j, False, False)
+    bars, paths = views["window_plot"], views["depth_plot"]
     assert bars["label"] == inspection.CONTINUOUS_LABELS["iteration"] and paths["visible"]
     assert "acceptance" in bars["value"].layout.title.text or "accepted" in bars["value"].layout.title.text
-    wide, _, _ = inspection.iteration_views({"trace": trace}, j, False, False, wide=True)  # the projector layout
+    wide = inspection.iteration_views({"trace": trace}, j, False, False, wide=True)["window_plot"]  # the projector's
     assert wide["value"].layout.height < bars["value"].layout.height
     assert [list(t.y) for t in wide["value"].data] == [list(t.y) for t in bars["value"].data]
-    sources, _, by_step, versus, shapes, contrast = inspection.overview_figures(
-        {"trace": trace}, "run_length", False, True
-    )
+    overview = inspection.overview_figures({"trace": trace}, "run_length", False, True)
+    sources, by_step, versus = overview["map_plot"], overview["changed_plot"], overview["race_plot"]
+    shapes, contrast = overview["shape_plot"], overview["contrast_image"]
     assert not contrast["visible"]  # no run with pre-filling switched yet
     assert by_step["label"] == inspection.CONTINUOUS_LABELS["by_step"] and not shapes["visible"]
     assert sources["label"] == inspection.CONTINUOUS_LABELS["sources"]
@@ -455,7 +456,8 @@ def test_inspect_adds_the_same_run_with_pre_filling_switched(pair, monkeypatch):
     assert second.iterations[0].fate and not trace.iterations[0].fate  # drafts from the start
     assert not inspection.contrast_label(runs)["visible"]  # added once
     monkeypatch.setattr(inspection, "decoder_for", lambda trace: pair)  # the random pair decodes its own grid
-    _, _, by_step, _, _, contrast = inspection.overview_figures(runs, "run_length", False, False)
+    overview = inspection.overview_figures(runs, "run_length", False, False)
+    by_step, contrast = overview["changed_plot"], overview["contrast_image"]
     assert contrast["visible"] and contrast["label"] == "cspd, pre-fill 0%: its image"  # the second run's picture
     assert contrast["value"].size == inspection.picture(pair, second.vectors, "", None).size
     alphas = [metrics.draft_acceptance(t.iterations) for t in (trace, second)]

@@ -161,7 +161,7 @@ def test_a_huge_prompt_to_the_hint_is_refused_before_any_work(server, capfd):
 def test_exports_are_served_only_as_the_copies_a_session_received(server):
     """The export folder itself is not served (only the copies Gradio makes for the session that asked,
     under an unguessable name); the REST routes that would skip the queue are closed."""
-    from specviz.ui.service import EXPORT_ROOT, export_folder
+    from specviz.ui.replay import EXPORT_ROOT, export_folder
 
     made = export_folder() / "trace.json"
     made.write_text("{}")

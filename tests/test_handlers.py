@@ -68,11 +68,13 @@ def test_the_compare_handler_refuses_no_method_and_reads_its_named_inputs(demo, 
 
 def test_the_method_controls_follow_the_method(demo):
     changed = handler(demo, "method_changed")
-    updates = changed.fn("peanut")
-    shown = {name for name, update in zip(PARAMETERS, updates, strict=False) if update.get("visible")}
-    assert "drafter" in shown and "window" not in shown
-    _, top_k, _, guidance = handler(demo, "model_defaults").fn("emu3")  # its release settings
-    assert (top_k["value"], guidance["value"]) == (get_entry("emu3").sampling().top_k, 3.0)
+    updates = changed.fn("peanut")  # keyed by component
+    assert set(updates) == set(changed.outputs) and len(updates) == len(PARAMETERS) + 1  # and the lossy note
+    shown = {label for label, update in by_label(updates).items() if update.get("visible")}
+    assert {"Drafter", "Window W"} & shown == {"Drafter"}
+    defaults = by_label(handler(demo, "model_defaults").fn("emu3"))  # its release settings
+    assert defaults["Top-k (0 = off)"]["value"] == get_entry("emu3").sampling().top_k
+    assert defaults["Guidance scale (1 = off)"]["value"] == 3.0
 
 
 def test_the_acceptance_map_kinds_hide_for_a_continuous_run(demo):
@@ -92,7 +94,7 @@ def test_an_upload_claiming_a_generation_order_is_decoded_only_by_a_random_order
 
     import specviz
     from specviz.trace import Trace
-    from specviz.ui.service import decoder_for
+    from specviz.ui.loading import decoder_for
 
     trace = Trace.load(Path(specviz.__file__).parent / "data" / "examples" / "red-apple-sjd.json")
     reordered = trace.model_copy(

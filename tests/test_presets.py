@@ -17,19 +17,18 @@ def test_a_preset_sets_every_control_to_something_that_runs(preset):
     assert preset.method in methods_for(preset.model)
     METHODS[preset.method].resolve(preset.params)  # raises on a parameter the method does not take
     updates = preset_controls(preset.key)
-    model, method, *rest = updates
-    controls, rest = rest[: len(PARAMETERS)], rest[len(PARAMETERS) :]
-    _lossy, prompt, seed, temperature, _top_k, _top_p, guidance, compared, known, note, speed = rest
-    assert model["value"] == preset.model and method["value"] == preset.method
-    shown = {name: c["value"] for name, c in zip(PARAMETERS, controls, strict=True) if c.get("visible")}
+    assert set(updates) >= {"model", "method", *PARAMETERS, "lossy_note", "prompt", "seed", "top_k", "top_p"}
+    assert updates["model"]["value"] == preset.model and updates["method"]["value"] == preset.method
+    shown = {name: updates[name]["value"] for name in PARAMETERS if updates[name].get("visible")}
     assert {**shown, **preset.params} == shown  # the preset's values are on the visible controls
-    assert prompt["value"] == preset.prompt and seed["value"] == preset.seed
+    assert updates["prompt"]["value"] == preset.prompt and updates["seed"]["value"] == preset.seed
     default = get_entry(preset.model).sampling()
-    assert temperature["value"] == (preset.temperature or default.temperature)
-    assert guidance["value"] == default.guidance_scale
-    assert set(compared["value"]) <= set(compared["choices"]) and note["value"] == preset.explanation
-    assert known["visible"] == bool(get_entry(preset.model).known_prompts())
-    assert speed["value"] == ("slow" if preset.slow_motion else "live")
+    assert updates["temperature"]["value"] == (preset.temperature or default.temperature)
+    assert updates["guidance"]["value"] == default.guidance_scale
+    compared = updates["compare_methods"]
+    assert set(compared["value"]) <= set(compared["choices"]) and updates["preset_note"]["value"] == preset.explanation
+    assert updates["known_names"]["visible"] == bool(get_entry(preset.model).known_prompts())
+    assert updates["speed"]["value"] == ("slow" if preset.slow_motion else "live")
 
 
 def test_presets_whose_mechanism_is_over_in_a_second_race_in_slow_motion_for_under_a_minute(tiny):

@@ -80,7 +80,7 @@ def test_timing_gives_way_after_every_pass_and_times_a_disturbed_round_again(tin
 def test_a_round_timed_inside_a_playback_sees_the_viewers_drawing(tiny, short_run):
     """Play again draws frames on the compute thread for as long as it plays: a round timed wholly inside it
     (no drawing started or ended meanwhile) is disturbed too, and timed again once the playback ends."""
-    from specviz.ui.service import ViewerWork
+    from specviz.ui.compute import ViewerWork
 
     work = ViewerWork()
 

@@ -17,7 +17,8 @@ from test_endpoints import RawClient
 from specviz.core.catalogue import CATALOGUE
 from specviz.core.params import PeanutParameters, TreeParameters
 from specviz.decoding.budget import MemoryBudgetError, check_pass_memory, memory_ceiling
-from specviz.ui.service import MAX_REQUEST_FILES, Deadline, OverBudget, files_problem
+from specviz.ui.checks import MAX_REQUEST_FILES, files_problem
+from specviz.ui.compute import Deadline, OverBudget
 
 pytestmark = pytest.mark.xdist_group("app")  # one launched app per test run
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import inspect
 import pickle
 import types
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from gradio.state_holder import SessionState
 
-from specviz.ui import service
+from specviz.ui import loading
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "spaces_config"
@@ -24,7 +25,7 @@ SPACE = ROOT / "spaces_config"
 @pytest.fixture
 def on_a_space(monkeypatch):
     monkeypatch.setenv("SPACE_ID", "someone/specviz")
-    monkeypatch.delenv(service.MODELS_ENV_VAR, raising=False)
+    monkeypatch.delenv(loading.MODELS_ENV_VAR, raising=False)
 
 
 def _component(demo: gr.Blocks, label: str) -> gr.components.Component:
@@ -32,31 +33,32 @@ def _component(demo: gr.Blocks, label: str) -> gr.components.Component:
 
 
 def test_a_space_offers_both_embedded_models_and_an_owner_can_change_that(on_a_space, monkeypatch):
-    assert service.offered_models() == ["tiny", "tiny-uncertain", "tiny-continuous"] == service.startup_models()
-    assert service.default_model() == "tiny"
-    monkeypatch.setenv(service.MODELS_ENV_VAR, "tiny-continuous, janus-pro")
-    assert service.offered_models() == ["tiny-continuous", "janus-pro"]
-    assert service.default_model() == "tiny-continuous"
-    assert service.startup_models() == ["tiny-continuous", "janus-pro"]  # named: loaded at start-up where it can
+    assert loading.offered_models() == ["tiny", "tiny-uncertain", "tiny-continuous"] == loading.startup_models()
+    assert loading.default_model() == "tiny"
+    monkeypatch.setenv(loading.MODELS_ENV_VAR, "tiny-continuous, janus-pro")
+    assert loading.offered_models() == ["tiny-continuous", "janus-pro"]
+    assert loading.default_model() == "tiny-continuous"
+    assert loading.startup_models() == ["tiny-continuous", "janus-pro"]  # named: loaded at start-up where it can
 
 
 def test_the_cspd_preset_passes_every_check_where_tiny_continuous_is_offered(on_a_space):
     """On a Space the preset set the model to one the model menu did not offer, and the race refused it."""
     from specviz.ui.controls import preset_controls
 
-    demo = service_demo()
+    demo = app_demo()
     button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "preset-cspd")
     pressed = next(fn for fn in demo.fns.values() if (button._id, "click") in fn.targets)
     race = next(fn for fn in demo.fns.values() if fn.api_name == "race")
-    updates = preset_controls("cspd")
-    pressed_values = {c._id: u["value"] for c, u in zip(pressed.outputs, updates, strict=True) if "value" in u}
+    updates = pressed.fn()  # keyed by component, every output named
+    assert set(updates) == set(pressed.outputs) and len(updates) == len(preset_controls("cspd"))
+    pressed_values = {c._id: u["value"] for c, u in updates.items() if "value" in u}
     page = SessionState(demo)  # the visitor's page after the press: the preset's model, its methods
-    asyncio.run(demo.postprocess_data(pressed, list(updates), page))
+    asyncio.run(demo.postprocess_data(pressed, updates, page))
     values = [pressed_values.get(c._id, c.value) for c in race.inputs]
     assert asyncio.run(demo.preprocess_data(race, values, page))[:2] == ["tiny-continuous", "cspd"]
 
 
-def service_demo() -> gr.Blocks:
+def app_demo() -> gr.Blocks:
     from specviz.ui import build
 
     return build()
@@ -69,8 +71,8 @@ def test_the_app_starts_with_an_allow_list_without_tiny(monkeypatch, allowed):
     from specviz.models.registry import get_entry
     from specviz.ui.controls import methods_for
 
-    monkeypatch.setenv(service.MODELS_ENV_VAR, allowed)
-    demo = service_demo()
+    monkeypatch.setenv(loading.MODELS_ENV_VAR, allowed)
+    demo = app_demo()
     model, method = _component(demo, "Model"), _component(demo, "Method")
     assert model.value == allowed and [value for _, value in model.choices] == [allowed]
     assert method.value in methods_for(allowed)
@@ -105,21 +107,21 @@ class FakeSpaces(types.ModuleType):
             self.slots.append((task.__name__, duration(*args)))
             return crossing(task(*crossing(args)))
 
-        return generator if service._is_generator(task) else function
+        return generator if inspect.isgeneratorfunction(task) else function
 
 
 def test_only_gpu_work_takes_a_gpu_slot_for_as_long_as_the_request_needs(monkeypatch):
     spaces = FakeSpaces()
-    monkeypatch.setattr(service, "spaces", spaces)
-    monkeypatch.setattr(service, "needs_gpu", lambda name: name == "on-gpu")
+    monkeypatch.setattr(loading, "spaces", spaces)
+    monkeypatch.setattr(loading, "needs_gpu", lambda name: name == "on-gpu")
 
-    @service.gpu_work(model=lambda name, passes: name, duration=lambda name, passes: service.gpu_seconds(passes))
+    @loading.gpu_work(model=lambda name, passes: name, duration=lambda name, passes: loading.gpu_seconds(passes))
     def work(name: str, passes: int):
         yield from range(passes)
 
     assert list(work("on-cpu", 3)) == [0, 1, 2] and spaces.slots == []
     assert list(work("on-gpu", 300)) == list(range(300))
-    assert spaces.slots == [("work", service.GPU_START_SECONDS + 30)]
+    assert spaces.slots == [("work", loading.GPU_START_SECONDS + 30)]
 
 
 def test_a_race_on_a_gpu_model_runs_in_one_gpu_call_and_one_on_the_cpu_in_none(monkeypatch):
@@ -132,19 +134,19 @@ def test_a_race_on_a_gpu_model_runs_in_one_gpu_call_and_one_on_the_cpu_in_none(m
     from specviz.ui.race import race_seconds
 
     monkeypatch.setattr(race_tab, "needs_retiming", lambda model: False)  # a GPU's own clock is trusted
-    on_the_cpu = service.needs_gpu
+    on_the_cpu = loading.needs_gpu
     assert not on_the_cpu("tiny")
     spaces = FakeSpaces()
-    monkeypatch.setattr(service, "spaces", spaces)
-    demo = service_demo()
-    monkeypatch.setattr(service, "needs_gpu", lambda name: name == "tiny")
+    monkeypatch.setattr(loading, "spaces", spaces)
+    demo = app_demo()
+    monkeypatch.setattr(loading, "needs_gpu", lambda name: name == "tiny")
     race = next(fn for fn in demo.fns.values() if fn.api_name == "race")
     frames = list(race.fn({c: c.value for c in race.inputs}))
     assert any(isinstance(c, gr.State) for c in frames[-1])  # the runs reached Inspect
-    assert spaces.slots == [("race_frames", service.gpu_seconds(3 * 256))]
+    assert spaces.slots == [("race_frames", loading.gpu_seconds(3 * 256))]
     request = RunRequest("tiny", "sjd", "red apple", 0, SamplingSettings(), {})
-    assert race_seconds(request, True) == service.gpu_seconds(3 * 256, 256 * 0.6)
-    monkeypatch.setattr(service, "needs_gpu", on_the_cpu)
+    assert race_seconds(request, True) == loading.gpu_seconds(3 * 256, 256 * 0.6)
+    monkeypatch.setattr(loading, "needs_gpu", on_the_cpu)
     costs = next(fn for fn in demo.fns.values() if fn.api_name == "measure_costs")
     note, _ = costs.fn("tiny", "red apple", {}, False, False)
     assert "pass" in note and len(spaces.slots) == 1
@@ -156,7 +158,7 @@ def test_models_sit_where_zerogpu_expects_them(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert [service.device_for(name) for name in ("tiny", "tiny-continuous", "janus-pro")] == ["cpu", "cpu", "cuda"]
+    assert [loading.device_for(name) for name in ("tiny", "tiny-continuous", "janus-pro")] == ["cpu", "cpu", "cuda"]
 
 
 def _card() -> dict:

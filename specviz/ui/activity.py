@@ -27,10 +27,10 @@ def stopped(
     summary: str | None,
     method_counter: str | None,
     ar_counter: str | None,
-) -> tuple:
+) -> dict:
     """What Stop leaves in the race summary and in Compare's note, where one was running (the race's
-    counters as they stood; Compare's rows so far), and both activities cleared. A text never set arrives
-    as None."""
+    counters as they stood; Compare's rows so far), and both activities cleared, by name (`summary`,
+    `compare_note`, `race_activity`, `comparing`). A text never set arrives as None."""
     race_note = compare_note = gr.update()
     if race is not None and race.phase == "retiming":  # both runs had finished; only their clocks were pending
         result = (summary or "").partition("\n\n")[2]  # the summary below its "timing again" line
@@ -46,4 +46,4 @@ def stopped(
         )
     if comparing:
         compare_note = "**Stopped**: the table shows the runs that had finished, with their first, untimed clocks."
-    return race_note, compare_note, None, False
+    return {"summary": race_note, "compare_note": compare_note, "race_activity": None, "comparing": False}

@@ -11,6 +11,7 @@ import gradio as gr
 from gradio.events import Dependency
 
 from specviz import metrics, viz
+from specviz.core.catalogue import BASELINE
 from specviz.core.inputs import check_prompt
 from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.core.timing import TIMING_BUDGET, timings_wanted
@@ -18,19 +19,18 @@ from specviz.decoding import run
 from specviz.measure.cost import SIZES, PassCost, cost_sentence, pass_costs
 from specviz.measure.race import needs_retiming, retimed
 from specviz.trace import Trace
-from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
-from specviz.ui.service import (
+from specviz.ui.compute import (
     OUT_OF_TIME,
     VIEWER_WORK,
     Deadline,
     each_on_compute_thread,
-    get_model,
-    gpu_seconds,
-    gpu_work,
     on_compute_thread,
     request_memory,
-    user_errors,
 )
+from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
+from specviz.ui.errors import user_errors
+from specviz.ui.loading import get_model, gpu_seconds, gpu_work
+from specviz.ui.outputs import Outputs
 
 COMPARE_HEADERS = [
     "method", "parameters", "lossless", "NFE", "drafts changed", "step compression", "seconds", "latency against AR"
@@ -47,7 +47,7 @@ def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]
     """Compare's table (AR first) and the rows of its chart; ratios in words, a slowdown as one, the
     latency speedup's spread over the undisturbed timings where the runs had them."""
     same = viz.ratio_text(1.0)
-    table = [["ar", params_text(ar.params), "yes", ar.nfe, "-", same, round(ar.seconds, 3), same]]
+    table = [[BASELINE, params_text(ar.params), "yes", ar.nfe, "-", same, round(ar.seconds, 3), same]]
     rows = []
     for trace in traces:
         facts = metrics.summary(trace, ar)
@@ -164,7 +164,7 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State) -> tuple[Dependenc
             )
 
         yield {"table": [], "plot": None, "note": progress(f"0 of {total} runs done"), "comparing": True}
-        ar = one("ar")
+        ar = one(BASELINE)
         traces: list[Trace] = []
         for name in selected:
             traces.append(one(name, request.params(name)))
@@ -201,21 +201,22 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State) -> tuple[Dependenc
         """Passes of 1 to 33 tokens on the chosen model, timed."""
         return on_compute_thread(pass_costs, get_model(model_name), prompt)
 
+    shown = Outputs({"table": tab.table, "plot": tab.plot, "note": tab.note, "comparing": tab.comparing})
+
     @user_errors
+    @shown.set_by
     def compare(data: dict) -> Iterator[dict]:
         selected = data[tab.methods]
         if not selected:
             raise SettingsError("choose at least one method to compare")
-        request = controls.request(data, method="ar")
+        request = controls.request(data, method=BASELINE)
         request.check(get_model(request.model), selected)  # refused here, before any work or GPU slot
-        shown = {"table": tab.table, "plot": tab.plot, "note": tab.note, "comparing": tab.comparing}
-        for frame in comparison(request, selected, data[controls.large], data[controls.dark]):
-            yield {shown[name]: value for name, value in frame.items()}
+        yield from comparison(request, selected, data[controls.large], data[controls.dark])
 
     event = tab.button.click(
         compare,
         controls.run_inputs - {controls.method} | {tab.methods, controls.large, controls.dark},
-        [tab.table, tab.plot, tab.note, tab.comparing],
+        shown.components,
         concurrency_limit=1,
         concurrency_id="gpu",
         show_progress_on=tab.note,  # the rows arrive one by one; a refusal marks the note, not the table

@@ -1,8 +1,8 @@
 """The side panel: model, method and its parameters, prompt, seed, sampling, display options.
 
-`Controls` holds the components and is the one place that knows their order: handlers receive a
-`RunRequest` (named settings), never a list of values to unpack. The pure functions here give the
-updates a change of model, method, preset or replayed trace makes, and are tested without a server.
+`Controls` holds the components by name: handlers receive a `RunRequest` (named settings), never a list of
+values to unpack. The pure functions here give the updates a change of model, method, preset or replayed
+trace makes, by the names `Controls` gives the components they set, and are tested without a server.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from specviz.core.catalogue import BASELINE, is_baseline
 from specviz.core.inputs import MAX_PROMPT_CHARS, brief, check_prompt, check_seed
 from specviz.core.params import all_fields
 from specviz.core.settings import SamplingSettings, SettingsError
@@ -21,8 +22,11 @@ from specviz.models.protocol import ImageModel
 from specviz.models.registry import MODELS, get_entry
 from specviz.models.tiny.text import nearest_known
 from specviz.trace import Trace
+from specviz.ui.compute import on_compute_thread, request_memory
+from specviz.ui.errors import user_errors
+from specviz.ui.loading import default_model, offered_models
+from specviz.ui.outputs import Outputs
 from specviz.ui.presets import PRESET_BY_KEY
-from specviz.ui.service import default_model, offered_models, on_compute_thread, request_memory, user_errors
 
 DEFAULT_METHOD = "sjd"  # what Run races first on a discrete model
 COMPARED = ("sjd", "scd-mc", "scd-gs")  # Compare's first selection on a discrete model
@@ -101,14 +105,14 @@ def params_text(params: dict | None) -> str:
     return ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in (params or {}).items()) or "none"
 
 
-def sampling_updates(sampling: SamplingSettings) -> tuple:
-    """The sampling controls (temperature, top-k, top-p, guidance) set to these settings; top-k off is 0."""
-    return (
-        gr.update(value=sampling.temperature),
-        gr.update(value=sampling.top_k or 0),
-        gr.update(value=sampling.top_p),
-        gr.update(value=sampling.guidance_scale),
-    )
+def sampling_updates(sampling: SamplingSettings) -> dict[str, dict]:
+    """The sampling controls (`Controls.sampling`) set to these settings; top-k off is 0."""
+    return {
+        "temperature": gr.update(value=sampling.temperature),
+        "top_k": gr.update(value=sampling.top_k or 0),
+        "top_p": gr.update(value=sampling.top_p),
+        "guidance": gr.update(value=sampling.guidance_scale),
+    }
 
 
 def known_prompts(name: str) -> tuple[list[str], str | None]:
@@ -133,9 +137,9 @@ def methods_for(name: str) -> list[str]:
     model allows: a pair without one races AR alone)."""
     entry = get_entry(name) if name in MODELS else None
     if entry is None or not entry.continuous:
-        return [n for n, m in METHODS.items() if n != "ar" and m.iterate]
-    names = [n for n, m in METHODS.items() if n != "ar" and m.iterate_continuous]
-    return [n for n in names if entry.has_draft or not METHODS[n].needs_draft] or ["ar"]
+        return [n for n, m in METHODS.items() if not is_baseline(n) and m.iterate]
+    names = [n for n, m in METHODS.items() if not is_baseline(n) and m.iterate_continuous]
+    return [n for n in names if entry.has_draft or not METHODS[n].needs_draft] or [BASELINE]
 
 
 def default_method(names: list[str]) -> str:
@@ -148,76 +152,78 @@ def compared_methods(names: list[str]) -> list[str]:
     return [n for n in COMPARED if n in names] or [n for n in names if METHODS[n].lossless][:2]
 
 
-def methods_of(name: str) -> tuple:
-    """The method list, its default and parameters, and the Compare choices for the chosen model."""
+def methods_of(name: str) -> dict[str, dict]:
+    """The method list, its default and parameters, and the Compare choices (`compare_methods`) for the
+    chosen model."""
     names = methods_for(name)
     default = default_method(names)
-    return (
-        gr.update(choices=[(method_label(n), n) for n in names], value=default),
-        *method_updates(default),
-        gr.update(choices=names, value=compared_methods(names)),
-    )
+    return {
+        "method": gr.update(choices=[(method_label(n), n) for n in names], value=default),
+        **method_updates(default),
+        "compare_methods": gr.update(choices=names, value=compared_methods(names)),
+    }
 
 
-def model_defaults(name: str) -> tuple:
+def model_defaults(name: str) -> dict[str, dict]:
     """The sampling controls at the chosen model's own defaults (its release settings), read from the
     registry without loading its weights."""
     return sampling_updates(get_entry(name).sampling())
 
 
-def method_updates(name: str, values: dict | None = None) -> tuple:
-    """The method controls (PARAMETERS order) showing only the method's own parameters, at `values`
-    where given, else its defaults; then the lossy note."""
+def method_updates(name: str, values: dict | None = None) -> dict[str, dict]:
+    """The method controls (`Controls.method_outputs`: each named by its parameter) showing only the method's
+    own parameters, at `values` where given, else its defaults; then the lossy note."""
     own = {**own_parameters(name), **(values or {})}
     note = "" if METHODS[name].lossless else f"{method_label(name)}: its output distribution differs from AR."
     hidden = gr.update(visible=False)
-    shown = [gr.update(visible=True, value=own[p]) if p in own else hidden for p in PARAMETERS]
-    return (*shown, gr.update(value=note, visible=bool(note)))
+    shown = {p: gr.update(visible=True, value=own[p]) if p in own else hidden for p in PARAMETERS}
+    return {**shown, "lossy_note": gr.update(value=note, visible=bool(note))}
 
 
-def preset_controls(key: str) -> tuple:
-    """Every control a preset sets (in `preset_outputs` order: model, method, method controls, lossy
-    note, prompt, seed, sampling, Compare's selection, the known names, the explanation, the race's speed)."""
+def preset_controls(key: str) -> dict[str, dict]:
+    """Every control a preset sets (`Controls.preset_outputs`): model, method, method controls, lossy note,
+    prompt, seed, sampling, Compare's selection, the known names, the explanation, the race's speed."""
     preset = PRESET_BY_KEY[key]
     names = methods_for(preset.model)
     sampling = get_entry(preset.model).sampling()
     if preset.temperature is not None:
         sampling = dataclasses.replace(sampling, temperature=preset.temperature)
     compared = list(preset.compare) or compared_methods(names) or [preset.method]
-    return (
-        gr.update(value=preset.model),
-        gr.update(choices=[(method_label(n), n) for n in names], value=preset.method),
-        *method_updates(preset.method, preset.params),
-        gr.update(value=preset.prompt),
-        gr.update(value=preset.seed),
-        *sampling_updates(sampling),
-        gr.update(choices=names, value=compared),
-        known_prompts_of(preset.model),
-        gr.update(value=preset.explanation),
-        gr.update(value="slow" if preset.slow_motion else "live"),
-    )
+    return {
+        "model": gr.update(value=preset.model),
+        "method": gr.update(choices=[(method_label(n), n) for n in names], value=preset.method),
+        **method_updates(preset.method, preset.params),
+        "prompt": gr.update(value=preset.prompt),
+        "seed": gr.update(value=preset.seed),
+        **sampling_updates(sampling),
+        "compare_methods": gr.update(choices=names, value=compared),
+        "known_names": known_prompts_of(preset.model),
+        "preset_note": gr.update(value=preset.explanation),
+        "speed": gr.update(value="slow" if preset.slow_motion else "live"),
+    }
 
 
-def restored_controls(trace: Trace) -> tuple[tuple, list[str]]:
-    """The controls set to an uploaded trace's settings, so that Run repeats it: model, method, the
-    method controls and the lossy note, prompt and seed, then sampling; and what could not be set, in
-    words."""
+def restored_controls(trace: Trace) -> tuple[dict[str, dict], list[str]]:
+    """The controls set to an uploaded trace's settings, so that Run repeats it (`Controls.restored_outputs`:
+    model, method, the method controls and the lossy note, prompt and seed, then sampling; those it cannot
+    set are left as they are); and what could not be set, in words."""
     unchanged: list[str] = []
+    restored = {}
     if trace.model in offered_models():
-        model = gr.update(value=trace.model)
+        restored["model"] = gr.update(value=trace.model)
     else:
-        model = gr.update()
         unchanged.append(f"model {trace.model} is not offered here")
-    if trace.method in METHODS and trace.method != "ar":
+    if trace.method in METHODS and not is_baseline(trace.method):
         # the method list of the trace's kind of tokens, which the model shown before may not offer
-        names = methods_for(trace.model) if trace.method in methods_for(trace.model) else list(METHODS)[1:]
+        raced = methods_for(trace.model)
+        names = raced if trace.method in raced else [n for n in METHODS if not is_baseline(n)]
         choices = [(method_label(n), n) for n in names]
-        method = (gr.update(value=trace.method, choices=choices), *method_updates(trace.method, trace.params))
+        restored["method"] = gr.update(value=trace.method, choices=choices)
+        restored.update(method_updates(trace.method, trace.params))
     else:
-        method = (gr.update(),) * (len(PARAMETERS) + 2)
         unchanged.append(f"{trace.method} is not a method to race against AR")
-    prompt, seed = gr.update(value=trace.prompt), gr.update(value=trace.seed)
-    return (model, *method, prompt, seed, *sampling_updates(SamplingSettings(**trace.sampling.model_dump()))), unchanged
+    restored.update(prompt=gr.update(value=trace.prompt), seed=gr.update(value=trace.seed))
+    return {**restored, **sampling_updates(SamplingSettings(**trace.sampling.model_dump()))}, unchanged
 
 
 def prompt_hint(model_name: str, text: str) -> tuple[str, str | None]:
@@ -274,7 +280,7 @@ class RunRequest:
 
 @dataclass
 class Controls:
-    """The side panel's components; the one place that knows their order."""
+    """The side panel's components, and the names under which handlers set them."""
 
     model: gr.Dropdown
     method: gr.Dropdown
@@ -296,18 +302,20 @@ class Controls:
     dark: gr.Checkbox
 
     @property
-    def sampling(self) -> list[gr.components.Component]:
-        return [self.temperature, self.top_k, self.top_p, self.guidance]
+    def sampling(self) -> Outputs:
+        """The sampling controls, named as `sampling_updates` and `sampling_from` name them."""
+        named = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "guidance": self.guidance}
+        return Outputs(named)
 
     @property
-    def method_outputs(self) -> list[gr.components.Component]:
-        """What `method_updates` sets, in its order: the method controls, then the lossy note."""
-        return [*self.parameters.values(), self.lossy_note]
+    def method_outputs(self) -> Outputs:
+        """What `method_updates` sets: the method controls, each named by its parameter, then the lossy note."""
+        return Outputs(self.parameters, {"lossy_note": self.lossy_note})
 
     @property
     def run_inputs(self) -> set[gr.components.Component]:
         """A run's inputs; a handler given a set receives one dict keyed by component (`request`)."""
-        return {self.model, self.method, self.prompt, self.seed, *self.parameters.values(), *self.sampling}
+        return {self.model, self.method, self.prompt, self.seed, *self.parameters.values(), *self.sampling.values()}
 
     def request(self, data: dict, method: str | None = None) -> RunRequest:
         """The run's settings from a handler's dict of input values, checked (seed, sampling)."""
@@ -316,20 +324,24 @@ class Controls:
             method=method or data[self.method],
             prompt=data[self.prompt],
             seed=seed_from(data[self.seed]),
-            sampling=sampling_from(*(data[c] for c in self.sampling)),
+            sampling=sampling_from(**{name: data[c] for name, c in self.sampling.items()}),
             controls={name: data[c] for name, c in self.parameters.items()},
         )
 
-    def restored_outputs(self) -> list[gr.components.Component]:
-        """What `restored_controls` sets, in its order."""
-        return [self.model, self.method, *self.method_outputs, self.prompt, self.seed, *self.sampling]
+    def restored_outputs(self) -> Outputs:
+        """What `restored_controls` sets."""
+        return Outputs(
+            {"model": self.model, "method": self.method},
+            self.method_outputs,
+            {"prompt": self.prompt, "seed": self.seed},
+            self.sampling,
+        )
 
-    def preset_outputs(self, compare_methods: gr.CheckboxGroup, note: gr.Markdown, speed: gr.Radio) -> list:
-        """What `preset_controls` sets, in its order."""
-        return [
-            self.model, self.method, *self.method_outputs, self.prompt, self.seed, *self.sampling,
-            compare_methods, self.known_names, note, speed,
-        ]  # fmt: skip
+    def preset_outputs(self, compare_methods: gr.CheckboxGroup, note: gr.Markdown, speed: gr.Radio) -> Outputs:
+        """What `preset_controls` sets: the restored controls, Compare's selection, the known names, the
+        preset's explanation (`note`) and the race's speed."""
+        shown = {"compare_methods": compare_methods, "known_names": self.known_names, "preset_note": note}
+        return Outputs(self.restored_outputs(), {**shown, "speed": speed})
 
 
 def build() -> Controls:
@@ -382,15 +394,18 @@ def build() -> Controls:
 def wire(controls: Controls, compare_methods: gr.CheckboxGroup) -> None:
     """What a change of model, method or prompt does to the other controls."""
 
-    def method_changed(name: str):
+    def method_changed(name: str) -> dict[str, dict]:
         """Show only the chosen method's own parameters, at its defaults where two methods share one."""
         return method_updates(name)
 
     # on the user's choice only (.input): a replay sets the method and its parameters together
-    controls.method.input(method_changed, controls.method, controls.method_outputs)
-    controls.model.input(user_errors(model_defaults), controls.model, controls.sampling)
+    method_outputs = controls.method_outputs
+    controls.method.input(method_outputs.set_by(method_changed), controls.method, method_outputs.components)
+    sampling = controls.sampling
+    controls.model.input(user_errors(sampling.set_by(model_defaults)), controls.model, sampling.components)
     controls.model.input(known_prompts_of, controls.model, controls.known_names)
-    controls.model.input(methods_of, controls.model, [controls.method, *controls.method_outputs, compare_methods])
+    choices = Outputs({"method": controls.method}, method_outputs, {"compare_methods": compare_methods})
+    controls.model.input(choices.set_by(methods_of), controls.model, choices.components)
     controls.known_names.input(lambda name: name or gr.update(), controls.known_names, controls.prompt)
 
     @user_errors

@@ -16,20 +16,12 @@ from specviz.core.params import SpeculativeParameters
 from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.decoding import run
 from specviz.trace import Trace
+from specviz.ui.compute import VIEWER_WORK, Deadline, on_compute_thread, request_memory
 from specviz.ui.controls import Controls
-from specviz.ui.service import (
-    DISPLAY_SIZE,
-    VIEWER_WORK,
-    Deadline,
-    decoder_for,
-    get_model,
-    gpu_seconds,
-    gpu_work,
-    on_compute_thread,
-    picture,
-    request_memory,
-    user_errors,
-)
+from specviz.ui.errors import user_errors
+from specviz.ui.loading import decoder_for, get_model, gpu_seconds, gpu_work
+from specviz.ui.outputs import Outputs
+from specviz.ui.pictures import DISPLAY_SIZE, picture
 
 PLAY_INTERVAL = 0.4  # seconds per iteration when playing back
 # left and right arrows step the Inspect slider (not while typing in a field)
@@ -136,11 +128,11 @@ MAP_LABEL = "Acceptance map"
 LABELLED = ["labelled-plot"]
 
 
-def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = False) -> tuple:
-    """The views that follow the iteration slider: the window (a tree run: the tree) of iteration j, the
-    image after it, and (tree runs only) the depth map with iteration j's cells outlined. `wide`: the
-    projector layout, whose window (bars beside the grid), tree and continuous drafts (short figures) fit a
-    1280 x 720 screen."""
+def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = False) -> dict[str, object]:
+    """The views that follow the iteration slider (`InspectTab.iteration_outputs`): the window (a tree run: the
+    tree) of iteration j, the image after it, and (tree runs only) the depth map with iteration j's cells
+    outlined. `wide`: the projector layout, whose window (bars beside the grid), tree and continuous drafts
+    (short figures) fit a 1280 x 720 screen."""
     trace: Trace = runs["trace"]
     j = max(0, min(int(j), len(trace.iterations) - 1))
     decoder = decoder_for(trace)
@@ -155,7 +147,8 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = Fa
             visible=True,
             label=CONTINUOUS_LABELS["paths"],
         )
-        return gr.update(value=view, label=CONTINUOUS_LABELS["iteration"]), image, paths
+        window = gr.update(value=view, label=CONTINUOUS_LABELS["iteration"])
+        return {"window_plot": window, "iteration_image": image, "depth_plot": paths}
     if trees:
         view = viz.tree_figure(trace, j, dark=dark, large=large, wide=wide)
         depths = gr.update(
@@ -164,40 +157,45 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = Fa
     else:
         view = viz.window_figure(trace, j, dark=dark, large=large, wide=wide)
         depths = gr.update(value=None, visible=False)
-    return gr.update(value=view, label=ITERATION_LABELS[trees]), image, depths
+    window = gr.update(value=view, label=ITERATION_LABELS[trees])
+    return {"window_plot": window, "iteration_image": image, "depth_plot": depths}
 
 
-def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> tuple:
-    """The views of the whole run: acceptance map, accepted length (tree runs: tau), drafts changed
-    (window runs only) or the tree shapes (tree runs only), the race against AR, and a continuous run's
-    contrast image (`contrast_picture`)."""
+def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> dict[str, object]:
+    """The views of the whole run (`InspectTab.overview_outputs`): acceptance map, accepted length (tree runs:
+    tau), drafts changed (window runs only) or the tree shapes (tree runs only), the race against AR, and a
+    continuous run's contrast image (`contrast_picture`)."""
     trace, ar = runs["trace"], runs.get("ar")
     versus = viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else no_ar_figure(trace, dark, large)
     if trace.continuous:
-        return (
-            gr.update(value=viz.token_source_figure(trace, dark=dark, large=large), label=CONTINUOUS_LABELS["sources"]),
-            gr.update(value=viz.accepted_length_figure(trace, dark=dark, large=large), label="Accepted per pass"),
-            gr.update(
+        return {
+            "map_plot": gr.update(
+                value=viz.token_source_figure(trace, dark=dark, large=large), label=CONTINUOUS_LABELS["sources"]
+            ),
+            "length_plot": gr.update(
+                value=viz.accepted_length_figure(trace, dark=dark, large=large), label="Accepted per pass"
+            ),
+            "changed_plot": gr.update(
                 value=viz.acceptance_by_step_figure([trace, *runs.get("contrast", [])], dark=dark, large=large),
                 visible=True,
                 label=CONTINUOUS_LABELS["by_step"],
             ),
-            versus,
-            gr.update(value=None, visible=False),
-            contrast_picture(runs),
-        )
+            "race_plot": versus,
+            "shape_plot": gr.update(value=None, visible=False),
+            "contrast_image": contrast_picture(runs),
+        }
     trees = metrics.has_trees(trace)
     length = (viz.tau_figure if trees else viz.accepted_length_figure)(trace, dark=dark, large=large)
     changed = None if trees else viz.changed_figure(trace, dark=dark, large=large)
     shapes = viz.tree_shape_figure(trace, dark=dark, large=large) if trees else None
-    return (
-        gr.update(value=viz.acceptance_map_figure(trace, kind, dark=dark, large=large), label=MAP_LABEL),
-        gr.update(value=length, label="Tau per tree pass" if trees else "Accepted length per iteration"),
-        gr.update(value=changed, visible=not trees, label="Drafts changed per iteration"),
-        versus,
-        gr.update(value=shapes, visible=trees),
-        gr.update(value=None, visible=False),
-    )
+    return {
+        "map_plot": gr.update(value=viz.acceptance_map_figure(trace, kind, dark=dark, large=large), label=MAP_LABEL),
+        "length_plot": gr.update(value=length, label="Tau per tree pass" if trees else "Accepted length per iteration"),
+        "changed_plot": gr.update(value=changed, visible=not trees, label="Drafts changed per iteration"),
+        "race_plot": versus,
+        "shape_plot": gr.update(value=shapes, visible=trees),
+        "contrast_image": gr.update(value=None, visible=False),
+    }
 
 
 def contrast_picture(runs: dict) -> dict:
@@ -268,11 +266,17 @@ def contrast_seconds(runs: dict) -> int:
 @dataclass
 class InspectTab:
     iteration: gr.Slider
-    loaded: gr.Number  # hidden: a new value (service.LOADS) from a race or an upload refreshes the views
+    loaded: gr.Number  # hidden: a new value (handover.LOADS) from a race or an upload refreshes the views
     timer: gr.Timer
-    views: list  # what `refresh` sets, in its order
+    iteration_outputs: Outputs  # what `iteration_views` sets
+    overview_outputs: Outputs  # what `overview_figures` sets
     map_kind: gr.Radio
     contrast_button: gr.Button
+
+    @property
+    def views(self) -> Outputs:
+        """Every view `refresh` draws: the iteration's, then the whole run's."""
+        return Outputs(self.iteration_outputs, self.overview_outputs)
 
 
 def build() -> tuple[InspectTab, dict]:
@@ -345,11 +349,12 @@ def build() -> tuple[InspectTab, dict]:
     # rendered by the page outside the tab bar (`layout`): playback goes on while another tab is open
     timer = gr.Timer(PLAY_INTERVAL, active=False, render=False)
     loaded = gr.Number(0, visible="hidden", elem_id="runs-loaded", render=False)  # rendered: its change event fires
-    views = [
-        *(window_plot, iteration_image, depth_plot),  # the iteration's (`iteration_views`)
-        *(map_plot, length_plot, changed_plot, race_plot, shape_plot, contrast_image),  # the run's (`overview_figures`)
-    ]
-    tab = InspectTab(iteration, loaded, timer, views, map_kind, contrast_button)
+    following = Outputs({"window_plot": window_plot, "iteration_image": iteration_image, "depth_plot": depth_plot})
+    overview = Outputs(
+        {"map_plot": map_plot, "length_plot": length_plot, "changed_plot": changed_plot, "race_plot": race_plot,
+         "shape_plot": shape_plot, "contrast_image": contrast_image}
+    )  # fmt: skip
+    tab = InspectTab(iteration, loaded, timer, following, overview, map_kind, contrast_button)
     buttons = {
         "play": play, "pause": pause, "speed": speed, "step_back": step_back, "step_on": step_on,
         "previous": previous_button, "next": next_button, "jumps": jump_buttons, "note": iteration_note,
@@ -357,97 +362,123 @@ def build() -> tuple[InspectTab, dict]:
     return tab, buttons
 
 
-def wire(
-    tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State, projector: gr.Checkbox
-) -> tuple[Callable, Callable, Dependency]:
-    """Slider, playback, jumps and views (the `projector` layout's window is wide); returns what chains the
-    views' refresh after an event that sets `runs`, the contrast run's handler (the CSpD preset chains it)
-    and its event (Stop cancels it)."""
-    _window_plot, _iteration_image, _depth_plot = tab.views[:3]
-    iteration, timer = tab.iteration, tab.timer
+def refresh(state: dict, j: float, kind: str, big: bool, night: bool, wide: bool) -> dict[str, object]:
+    """Every view of the runs at iteration j (`InspectTab.views`), the contrast button and the sentence
+    (`note`); nothing before any run."""
+    if not state:
+        return {}
+    views = {**iteration_views(state, j, big, night, wide), **overview_figures(state, kind, big, night)}
+    return {**views, "contrast_button": contrast_label(state), "note": describe_iteration(state, j)}
 
-    note = buttons["note"]
 
-    @user_errors
-    @VIEWER_WORK.drawing
-    def refresh(state: dict, j: float, kind: str, big: bool, night: bool, wide: bool):
-        if not state:
-            return (gr.update(),) * (len(tab.views) + 2)
-        figures = (*iteration_views(state, j, big, night, wide), *overview_figures(state, kind, big, night))
-        return (*figures, contrast_label(state), describe_iteration(state, j))
+def map_kinds(state: dict) -> dict:
+    """The map kinds' radio: a continuous run has one map, where each token came from, not the kinds it offers."""
+    return gr.update(visible=not (state and state["trace"].continuous))
 
-    view_inputs = [runs, iteration, tab.map_kind, controls.large, controls.dark, projector]
-    view_outputs = [*tab.views, tab.contrast_button, note]
+
+# a step, a jump or a tick answers in one round trip: the new iteration, its views and its sentence together
+# (the slider's own change set off two more, which doubled a step's time in the browser)
+@VIEWER_WORK.drawing
+def shown_at(
+    state: dict, j: int | dict, big: bool, night: bool, wide: bool, nothing: str | dict | None = None
+) -> dict[str, object]:
+    """Iteration j (`iteration`), its views and its sentence (`note`); where there is no run, or no move (`j` an
+    update), the sentence `nothing` says why (no change where None)."""
+    if not state or not isinstance(j, int):
+        return {"note": nothing or gr.update()}
+    return {"iteration": j, **iteration_views(state, j, big, night, wide), "note": describe_iteration(state, j)}
+
+
+def at_iteration(state: dict, j: float, big: bool, night: bool, wide: bool) -> dict[str, object]:
+    """The slider moved by hand: its iteration's views and sentence (the slider stays where the hand left it)."""
+    shown = shown_at(state, step_by(0, state, j), big, night, wide, NOTHING_TO_INSPECT)
+    return {name: value for name, value in shown.items() if name != "iteration"}
+
+
+def tick(state: dict, j: float, big: bool, night: bool, wide: bool) -> dict[str, object]:
+    """Playback's next iteration; at the run's end, or without a run, playback stops (`timer`)."""
+    if not state or j >= len(state["trace"].iterations) - 1:
+        return {**shown_at({}, 0, big, night, wide), "timer": gr.Timer(active=False)}
+    return shown_at(state, int(j) + 1, big, night, wide)
+
+
+def step_back(state: dict, j: float, big: bool, night: bool, wide: bool) -> dict[str, object]:
+    return shown_at(state, step_by(-1, state, j), big, night, wide, NOTHING_TO_INSPECT)
+
+
+def step_on(state: dict, j: float, big: bool, night: bool, wide: bool) -> dict[str, object]:
+    return shown_at(state, step_by(1, state, j), big, night, wide, NOTHING_TO_INSPECT)
+
+
+def previous_acceptance(state: dict, j: float, big: bool, night: bool, wide: bool) -> dict[str, object]:
+    return shown_at(state, neighbour_instructive(state, j, forward=False), big, night, wide, NOTHING_TO_INSPECT)
+
+
+def next_acceptance(state: dict, j: float, big: bool, night: bool, wide: bool) -> dict[str, object]:
+    return shown_at(state, neighbour_instructive(state, j, forward=True), big, night, wide, NOTHING_TO_INSPECT)
+
+
+def jump_to(kind: str) -> Callable:
+    """The handler of a 'Next ...' button (viz.JUMPS); where nothing follows, the sentence says so."""
+
+    def jump(state: dict, j: float, big: bool, night: bool, wide: bool) -> dict[str, object]:
+        target, said = next_of_kind(kind, state, j)
+        return shown_at(state, target, big, night, wide, said if state else NOTHING_TO_INSPECT)
+
+    jump.__name__ = f"next_{kind}"  # its endpoint's name
+    return jump
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """The views' refresh as wired: its handler (`refresh` keyed by component), inputs and outputs."""
+
+    handler: Callable
+    inputs: list
+    outputs: list
+    runs: gr.State
+    map_kind: gr.Radio
+
+    def after(self, event: Dependency) -> Dependency:
+        """Chain the views' refresh after an event that sets `runs`."""
+        event.then(map_kinds, self.runs, self.map_kind)
+        return event.then(self.handler, self.inputs, self.outputs)
+
+
+def wire_refresh(tab: InspectTab, note: gr.Markdown, controls: Controls, runs: gr.State, projector: gr.Checkbox):
+    """Every view redrawn where the map's kind or a display option changes (the `projector` layout's window
+    is wide); returns the refresh, for the events that set `runs`."""
+    outputs = Outputs(tab.views, {"contrast_button": tab.contrast_button, "note": note})
+    handler = user_errors(VIEWER_WORK.drawing(outputs.set_by(refresh)))
+    inputs = [runs, tab.iteration, tab.map_kind, controls.large, controls.dark, projector]
     for control in (tab.map_kind, controls.large, controls.dark, projector):
-        control.change(refresh, view_inputs, view_outputs)
+        control.change(handler, inputs, outputs.components)
+    return Refresh(handler, inputs, outputs.components, runs, tab.map_kind)
 
-    # a step, a jump or a tick answers in one round trip: the new iteration, its views and its sentence together
-    # (the slider's own change set off two more, which doubled a step's time in the browser)
-    @VIEWER_WORK.drawing
-    def shown_at(
-        state: dict, j: int | dict, big: bool, night: bool, wide: bool, nothing: str | dict | None = None
-    ) -> tuple:
-        """Iteration j, its views and its sentence; where there is no run, or no move (`j` an update), the
-        sentence `nothing` says why (no change where None)."""
-        if not state or not isinstance(j, int):
-            return (gr.update(),) * 4 + (nothing or gr.update(),)
-        return (j, *iteration_views(state, j, big, night, wide), describe_iteration(state, j))
 
-    moved = [iteration, *tab.views[:3], note]
-    where = [runs, iteration, controls.large, controls.dark, projector]
+def wire_steps(tab: InspectTab, buttons: dict, where: list) -> None:
+    """The slider, playback, and the step and jump buttons, each given the runs, the iteration and the
+    display options (`where`)."""
+    note = {"note": buttons["note"]}
+    moved = Outputs({"iteration": tab.iteration}, tab.iteration_outputs, note)
+    ticked = Outputs(moved, {"timer": tab.timer})
+    by_hand = Outputs(tab.iteration_outputs, note)
     stepped = {"show_progress": "hidden"}  # no spinner: during playback one would cover every frame
+    tab.iteration.input(user_errors(by_hand.set_by(at_iteration)), where, by_hand.components, **stepped)
+    tab.timer.tick(user_errors(ticked.set_by(tick)), where, ticked.components, **stepped)
+    buttons["play"].click(lambda: gr.Timer(active=True), None, tab.timer)
+    buttons["pause"].click(lambda: gr.Timer(active=False), None, tab.timer)
+    steps = {"step_back": step_back, "step_on": step_on, "previous": previous_acceptance, "next": next_acceptance}
+    moves = [(buttons[name], move) for name, move in steps.items()]
+    moves += [(button, jump_to(kind)) for kind, button in buttons["jumps"].items()]
+    for button, move in moves:
+        button.click(user_errors(moved.set_by(move)), where, moved.components, **stepped)
+    buttons["speed"].change(lambda seconds: gr.Timer(value=seconds), buttons["speed"], tab.timer)
 
-    @user_errors
-    def at_iteration(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
-        """The slider moved by hand: its iteration's views and sentence."""
-        return shown_at(state, step_by(0, state, j), big, night, wide, NOTHING_TO_INSPECT)[1:]
 
-    iteration.input(at_iteration, where, moved[1:], **stepped)
-
-    @user_errors
-    def tick(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
-        if not state or j >= len(state["trace"].iterations) - 1:
-            return (*shown_at({}, 0, big, night, wide), gr.Timer(active=False))
-        return (*shown_at(state, int(j) + 1, big, night, wide), gr.update())
-
-    timer.tick(tick, where, [*moved, timer], **stepped)
-    buttons["play"].click(lambda: gr.Timer(active=True), None, timer)
-    buttons["pause"].click(lambda: gr.Timer(active=False), None, timer)
-
-    @user_errors
-    def step_back(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
-        return shown_at(state, step_by(-1, state, j), big, night, wide, NOTHING_TO_INSPECT)
-
-    @user_errors
-    def step_on(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
-        return shown_at(state, step_by(1, state, j), big, night, wide, NOTHING_TO_INSPECT)
-
-    @user_errors
-    def previous_acceptance(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
-        return shown_at(state, neighbour_instructive(state, j, forward=False), big, night, wide, NOTHING_TO_INSPECT)
-
-    @user_errors
-    def next_acceptance(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
-        return shown_at(state, neighbour_instructive(state, j, forward=True), big, night, wide, NOTHING_TO_INSPECT)
-
-    def jump_to(kind: str) -> Callable:
-        """The handler of a 'Next ...' button (viz.JUMPS); where nothing follows, the sentence says so."""
-
-        def jump(state: dict, j: float, big: bool, night: bool, wide: bool) -> tuple:
-            target, said = next_of_kind(kind, state, j)
-            return shown_at(state, target, big, night, wide, said if state else NOTHING_TO_INSPECT)
-
-        jump.__name__ = f"next_{kind}"  # its endpoint's name
-        return user_errors(jump)
-
-    for handler, button in ((step_back, "step_back"), (step_on, "step_on")):
-        buttons[button].click(handler, where, moved, **stepped)
-    buttons["previous"].click(previous_acceptance, where, moved, **stepped)
-    buttons["next"].click(next_acceptance, where, moved, **stepped)
-    for kind, button in buttons["jumps"].items():
-        button.click(jump_to(kind), where, moved, **stepped)
-    buttons["speed"].change(lambda seconds: gr.Timer(value=seconds), buttons["speed"], timer)
-
+def wire_contrast(tab: InspectTab, runs: gr.State, views: Refresh) -> tuple[Callable, Dependency]:
+    """The contrast button: the run again with pre-filling switched, then the views; returns its handler (the
+    CSpD preset chains it) and its event (Stop cancels it)."""
     contrast_work = gpu_work(model=lambda state: state["trace"].model, duration=contrast_seconds)(
         user_errors(with_contrast)
     )
@@ -459,22 +490,23 @@ def wire(
             raise SettingsError("run cspd or cspd-exact on tiny-continuous first")
         return contrast_work(state)
 
-    contrast_event = tab.contrast_button.click(
+    event = tab.contrast_button.click(
         contrast_runs, runs, runs, concurrency_limit=1, concurrency_id="gpu", show_progress="minimal"
     )
-    contrast_event.success(refresh, view_inputs, view_outputs)
+    event.success(views.handler, views.inputs, views.outputs)
+    return contrast_runs, event
 
-    def map_kinds(state: dict):
-        # a continuous run has one map, where each token came from, not the kinds this radio offers
-        return gr.update(visible=not (state and state["trace"].continuous))
 
-    def refresh_after(event):
-        """Chain the views' refresh after an event that sets `runs`."""
-        event.then(map_kinds, runs, tab.map_kind)
-        return event.then(refresh, view_inputs, view_outputs)
-
+def wire(
+    tab: InspectTab, buttons: dict, controls: Controls, runs: gr.State, projector: gr.Checkbox
+) -> tuple[Callable, Callable, Dependency]:
+    """Slider, playback, jumps and views (the `projector` layout's window is wide); returns what chains the
+    views' refresh after an event that sets `runs`, the contrast run's handler (the CSpD preset chains it)
+    and its event (Stop cancels it)."""
+    views = wire_refresh(tab, buttons["note"], controls, runs, projector)
+    wire_steps(tab, buttons, [runs, tab.iteration, controls.large, controls.dark, projector])
+    contrast_runs, contrast_event = wire_contrast(tab, runs, views)
     # a race hands its runs over as soon as both are complete, while their clocks are still being timed
     tab.loaded.change(map_kinds, runs, tab.map_kind)
-    tab.loaded.change(refresh, view_inputs, view_outputs)
-
-    return refresh_after, contrast_runs, contrast_event
+    tab.loaded.change(views.handler, views.inputs, views.outputs)
+    return views.after, contrast_runs, contrast_event

@@ -1,28 +1,28 @@
 """The page: header, presets, the side panel and the four tabs, and what spans them (Stop, presets,
-large type, dark mode). Each tab builds its components and wires its handlers in its own module."""
+large type, dark mode); how it is launched and where it is served. Each tab builds its components and wires
+its handlers in its own module."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import gradio as gr
+from gradio.events import Dependency
 from starlette.middleware import Middleware
 
 from specviz import viz
+from specviz.core.inputs import InputError, brief
 from specviz.core.timing import timings_wanted
 from specviz.models.registry import get_entry
 from specviz.ui import activity, compare, controls, inspection, race, replay
+from specviz.ui.checks import MAX_REQUEST_FILES, MAX_UPLOAD_BYTES, CheckedBlocks
+from specviz.ui.compute import on_compute_thread
 from specviz.ui.guard import RequestGuard
-from specviz.ui.presets import PRESET_BY_KEY, PRESETS
-from specviz.ui.service import (
-    MAX_REQUEST_FILES,
-    MAX_UPLOAD_BYTES,
-    CheckedBlocks,
-    default_model,
-    load_at_startup,
-    offered_models,
-    on_compute_thread,
-)
+from specviz.ui.loading import default_model, load_at_startup, offered_models
+from specviz.ui.outputs import Outputs
+from specviz.ui.presets import PRESET_BY_KEY, PRESETS, Preset
 
 CSS = """
 :root body.specviz-large {
@@ -93,8 +93,47 @@ FIT_PLOTS_ON_TAB = """() => {
 }"""
 
 
+@dataclass
+class PresetRow:
+    """The presets' row: a button per preset, the projector layout's switch, and Run and Stop for the
+    projector layout (which hides the side panel)."""
+
+    buttons: dict[str, gr.Button]
+    projector: gr.Checkbox
+    run: gr.Button
+    stop: gr.Button
+
+
+@dataclass
+class Page:
+    """The page's components: the session's runs, the side panel, the tabs and the presets' row."""
+
+    runs: gr.State
+    side: controls.Controls
+    presets: PresetRow
+    tabs: gr.Tabs
+    race_tab: race.RaceTab
+    inspect_tab: inspection.InspectTab
+    inspect_buttons: dict
+    compare_tab: compare.CompareTab
+    replay_tab: replay.ReplayTab
+
+
 def build() -> gr.Blocks:
     """The whole app, queued; `app.py` launches it."""
+    presets = start_up()
+    with CheckedBlocks(title="specviz: speculative and Jacobi decoding, visible", delete_cache=CACHE_SWEEP) as demo:
+        page = build_page(presets)
+        wire(demo, page)
+    # runs wait in one queue, one at a time per event, 32 waiting at most; the REST routes that would skip
+    # the queue are closed even where Gradio opens them (off a Space)
+    demo.queue(default_concurrency_limit=1, max_size=32, api_open=False)
+    return demo
+
+
+def start_up() -> list[Preset]:
+    """What comes before the page: settings checked, models loaded, the prompt hint's encoder ready; returns
+    the presets this deployment can run."""
     timings_wanted()  # a wrong SPECVIZ_TIMINGS is a message at start, not after a race
     load_at_startup()  # the first Run starts at once, and on ZeroGPU models are placed on CUDA before any GPU call
     offered = offered_models()
@@ -102,96 +141,120 @@ def build() -> gr.Blocks:
         from specviz.models.tiny.text import shared_text_encoder  # the prompt hint's encoder
 
         on_compute_thread(shared_text_encoder)
-    presets = [preset for preset in PRESETS if preset.model in offered]  # a preset runs an offered model only
+    return [preset for preset in PRESETS if preset.model in offered]  # a preset runs an offered model only
 
-    with CheckedBlocks(title="specviz: speculative and Jacobi decoding, visible", delete_cache=CACHE_SWEEP) as demo:
-        runs = gr.State({})
-        gr.Markdown(
-            "# specviz\nSpeculative and Jacobi decoding for autoregressive image generation, made visible. "
-            "Pick a method: it runs next to vanilla AR on the same prompt and seed, and every iteration is "
-            f"recorded. Colours (colour-blind safe): {viz.swatches()}.",
-            elem_id="specviz-header",
-        )
-        # one press sets everything and races
-        with gr.Row(elem_id="presets", equal_height=True, visible=bool(presets)):
-            gr.Markdown("**Presets**: the papers' findings, live", elem_id="presets-title")
-            # on a projector the side panel is hidden: Run and Stop for the settings it holds, here
-            projector_run = gr.Button("Run", variant="primary", size="sm", min_width=70, scale=0,
-                                      elem_id="projector-run", elem_classes="projector-only")  # fmt: skip
-            projector_stop = gr.Button("Stop", size="sm", min_width=70, scale=0, elem_id="projector-stop",
-                                       elem_classes="projector-only")  # fmt: skip
-            preset_buttons = {
-                p.key: gr.Button(p.label, size="sm", min_width=100, elem_id=f"preset-{p.key}") for p in presets
-            }
-            projector = gr.Checkbox(False, label="Projector layout", elem_id="projector", container=False, scale=0)
-        with gr.Row():
-            with gr.Column(scale=1, min_width=300, elem_id="side-panel"):
-                side = controls.build()
-            with gr.Column(scale=3):
-                with gr.Tabs() as tabs:
-                    race_tab = race.build()
-                    inspect_tab, inspect_buttons = inspection.build()
-                    compare_tab = compare.build(controls.methods_for(default_model()))
-                    replay_tab = replay.build()
-                # what the tabs keep outside the tab bar: among the tabs, any component that is not a tab
-                # (even a State) shifts Gradio's tab labels by one
-                for outside in (race_tab.activity, inspect_tab.timer, inspect_tab.loaded, compare_tab.comparing):
-                    outside.render()
 
-        controls.wire(side, compare_tab.methods)
-        refresh_after, contrast_runs, contrast_event = inspection.wire(
-            inspect_tab, inspect_buttons, side, runs, projector
-        )
-        racer, race_inputs, race_outputs, race_options = race.wire(
-            race_tab, side, runs, inspect_tab.iteration, inspect_tab.loaded, replay_tab.downloads
-        )
-        race_events = []
-        own_race = racer()
-        for run_button in (side.run_button, projector_run):
-            race_events.append(run_button.click(own_race, race_inputs, race_outputs, **race_options))
-            run_button.click(lambda: "", None, race_tab.preset_note, queue=False)  # one's own run: no preset story
-        preset_outputs = side.preset_outputs(compare_tab.methods, race_tab.preset_note, race_tab.speed)
-        preset_races = []
-        for key, button in preset_buttons.items():
-            raced = button.click(functools.partial(controls.preset_controls, key), None, preset_outputs).then(
-                racer(PRESET_BY_KEY[key].opens_on), race_inputs, race_outputs, **race_options
-            )
-            preset_races.append(raced)
-            if PRESET_BY_KEY[key].contrast:  # the finding is a comparison of two runs in Inspect
-                raced = raced.success(contrast_runs, runs, runs, concurrency_id="gpu")
-                preset_races.append(raced)
-                refresh_after(raced)
-        compare_event, measure_costs_after = compare.wire(compare_tab, side, runs)
-        opened = race_tab.why.click(
-            lambda: (gr.Tabs(selected="compare"), gr.Accordion(open=True)), None, [tabs, compare_tab.cost_panel]
-        )
-        measure_costs_after(opened)
-        uploaded = replay.wire(replay_tab, side, runs, inspect_tab.iteration, inspect_tab.loaded)
-        play_event, show_race_after = race.wire_play(race_tab, runs)
-        show_race_after(uploaded)  # the Race tab shows an uploaded race at once; Play again races it
+def build_page(presets: list[Preset]) -> Page:
+    """The header, the presets' row, the side panel and the tabs."""
+    runs = gr.State({})
+    gr.Markdown(
+        "# specviz\nSpeculative and Jacobi decoding for autoregressive image generation, made visible. "
+        "Pick a method: it runs next to vanilla AR on the same prompt and seed, and every iteration is "
+        f"recorded. Colours (colour-blind safe): {viz.swatches()}.",
+        elem_id="specviz-header",
+    )
+    row = preset_row(presets)  # one press sets everything and races
+    with gr.Row():
+        with gr.Column(scale=1, min_width=300, elem_id="side-panel"):
+            side = controls.build()
+        with gr.Column(scale=3):
+            with gr.Tabs() as tabs:
+                race_tab = race.build()
+                inspect_tab, inspect_buttons = inspection.build()
+                compare_tab = compare.build(controls.methods_for(default_model()))
+                replay_tab = replay.build()
+            # what the tabs keep outside the tab bar: among the tabs, any component that is not a tab
+            # (even a State) shifts Gradio's tab labels by one
+            for outside in (race_tab.activity, inspect_tab.timer, inspect_tab.loaded, compare_tab.comparing):
+                outside.render()
+    return Page(runs, side, row, tabs, race_tab, inspect_tab, inspect_buttons, compare_tab, replay_tab)
 
-        def stop(*now) -> tuple:
-            """Cancel a race or a comparison and say so, with how far it got; stop playing back."""
-            return (*activity.stopped(*now), gr.Timer(active=False))
 
-        for stop_button in (side.stop_button, projector_stop):
-            stop_button.click(
-                stop,
-                [race_tab.activity, compare_tab.comparing, race_tab.summary, race_tab.method_counter,
-                 race_tab.ar_counter],
-                [race_tab.summary, compare_tab.note, race_tab.activity, compare_tab.comparing, inspect_tab.timer],
-                cancels=[*race_events, *preset_races, compare_event, contrast_event, play_event],
-            )  # fmt: skip
-        demo.load(None, None, None, js=inspection.ARROW_KEYS)
-        demo.load(None, None, None, js=FIT_PLOTS_ON_TAB)
-        side.large.change(None, side.large, None, js=TOGGLE_LARGE)
-        side.dark.change(None, side.dark, None, js=TOGGLE_DARK)
-        projector.change(None, projector, None, js=TOGGLE_PROJECTOR)
-        demo.load(None, None, None, js=PROJECTOR_ON_SMALL_SCREENS)
-    # runs wait in one queue, one at a time per event, 32 waiting at most; the REST routes that would skip
-    # the queue are closed even where Gradio opens them (off a Space)
-    demo.queue(default_concurrency_limit=1, max_size=32, api_open=False)
-    return demo
+def preset_row(presets: list[Preset]) -> PresetRow:
+    with gr.Row(elem_id="presets", equal_height=True, visible=bool(presets)):
+        gr.Markdown("**Presets**: the papers' findings, live", elem_id="presets-title")
+        # on a projector the side panel is hidden: Run and Stop for the settings it holds, here
+        run = gr.Button("Run", variant="primary", size="sm", min_width=70, scale=0,
+                        elem_id="projector-run", elem_classes="projector-only")  # fmt: skip
+        stop = gr.Button("Stop", size="sm", min_width=70, scale=0, elem_id="projector-stop",
+                         elem_classes="projector-only")  # fmt: skip
+        buttons = {p.key: gr.Button(p.label, size="sm", min_width=100, elem_id=f"preset-{p.key}") for p in presets}
+        projector = gr.Checkbox(False, label="Projector layout", elem_id="projector", container=False, scale=0)
+    return PresetRow(buttons, projector, run, stop)
+
+
+def wire(demo: gr.Blocks, page: Page) -> None:
+    """Each tab's handlers, then what spans them: Run and the presets, Stop, and the page's own scripts."""
+    side, race_tab, inspect_tab, compare_tab = page.side, page.race_tab, page.inspect_tab, page.compare_tab
+    controls.wire(side, compare_tab.methods)
+    refresh_after, contrast_runs, contrast_event = inspection.wire(
+        inspect_tab, page.inspect_buttons, side, page.runs, page.presets.projector
+    )
+    racing = race.wire(race_tab, side, page.runs, inspect_tab.iteration, inspect_tab.loaded, page.replay_tab.downloads)
+    races = wire_races(page, racing, refresh_after, contrast_runs)
+    compare_event, measure_costs_after = compare.wire(compare_tab, side, page.runs)
+    opened = race_tab.why.click(
+        lambda: (gr.Tabs(selected="compare"), gr.Accordion(open=True)), None, [page.tabs, compare_tab.cost_panel]
+    )
+    measure_costs_after(opened)
+    uploaded = replay.wire(page.replay_tab, side, page.runs, inspect_tab.iteration, inspect_tab.loaded)
+    play_event, show_race_after = race.wire_play(race_tab, page.runs)
+    show_race_after(uploaded)  # the Race tab shows an uploaded race at once; Play again races it
+    wire_stop(page, cancels=[*races, compare_event, contrast_event, play_event])
+    wire_scripts(demo, page)
+
+
+def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs: Callable) -> list[Dependency]:
+    """Run (the side panel's and the projector layout's) and each preset, which sets the controls first
+    (`controls.preset_controls`) and, where its finding is a contrast, adds that run; returns their events
+    (Stop cancels them)."""
+    racer, inputs, outputs, options = racing
+    events = []
+    own_race = racer()
+    for run_button in (page.side.run_button, page.presets.run):
+        events.append(run_button.click(own_race, inputs, outputs, **options))
+        run_button.click(lambda: "", None, page.race_tab.preset_note, queue=False)  # one's own run: no preset story
+    shown = page.side.preset_outputs(page.compare_tab.methods, page.race_tab.preset_note, page.race_tab.speed)
+    set_by_preset = shown.set_by(controls.preset_controls)
+    for key, button in page.presets.buttons.items():
+        preset = PRESET_BY_KEY[key]
+        raced = button.click(functools.partial(set_by_preset, key), None, shown.components).then(
+            racer(preset.opens_on), inputs, outputs, **options
+        )
+        events.append(raced)
+        if preset.contrast:  # the finding is a comparison of two runs in Inspect
+            raced = raced.success(contrast_runs, page.runs, page.runs, concurrency_id="gpu")
+            events.append(raced)
+            refresh_after(raced)
+    return events
+
+
+def wire_stop(page: Page, cancels: list[Dependency]) -> None:
+    """Stop (the side panel's and the projector layout's): `cancels` cancelled, and what they were doing said."""
+    race_tab, compare_tab = page.race_tab, page.compare_tab
+    outputs = Outputs(
+        {"summary": race_tab.summary, "compare_note": compare_tab.note, "race_activity": race_tab.activity,
+         "comparing": compare_tab.comparing, "timer": page.inspect_tab.timer}
+    )  # fmt: skip
+
+    def stop(*now) -> dict:
+        """Cancel a race or a comparison and say so, with how far it got; stop playing back."""
+        return outputs.of({**activity.stopped(*now), "timer": gr.Timer(active=False)})
+
+    now = [race_tab.activity, compare_tab.comparing, race_tab.summary, race_tab.method_counter, race_tab.ar_counter]
+    for stop_button in (page.side.stop_button, page.presets.stop):
+        stop_button.click(stop, now, outputs.components, cancels=cancels)
+
+
+def wire_scripts(demo: gr.Blocks, page: Page) -> None:
+    """What the browser does alone: arrow keys, plots fitted to a shown tab, large type, dark mode, the
+    projector layout (at once on a small screen)."""
+    demo.load(None, None, None, js=inspection.ARROW_KEYS)
+    demo.load(None, None, None, js=FIT_PLOTS_ON_TAB)
+    page.side.large.change(None, page.side.large, None, js=TOGGLE_LARGE)
+    page.side.dark.change(None, page.side.dark, None, js=TOGGLE_DARK)
+    page.presets.projector.change(None, page.presets.projector, None, js=TOGGLE_PROJECTOR)
+    demo.load(None, None, None, js=PROJECTOR_ON_SMALL_SCREENS)
 
 
 def launch_options(demo: gr.Blocks) -> dict:
@@ -208,3 +271,17 @@ def launch_options(demo: gr.Blocks) -> dict:
         "enable_monitoring": False,
         "app_kwargs": {"middleware": [guard]},
     }
+
+
+def server_address(environ: dict[str, str]) -> tuple[str, int]:
+    """Host and port to serve on: Gradio's own GRADIO_SERVER_NAME / GRADIO_SERVER_PORT when set; else
+    every interface on a Hugging Face Space (SPACE_ID) or SPECVIZ_HOST or 127.0.0.1, and the PORT that
+    Spaces-like hosts set, or 7860."""
+    host = environ.get("GRADIO_SERVER_NAME") or (
+        "0.0.0.0" if environ.get("SPACE_ID") else environ.get("SPECVIZ_HOST", "127.0.0.1")
+    )
+    variable = "GRADIO_SERVER_PORT" if environ.get("GRADIO_SERVER_PORT") else "PORT"
+    value = environ.get(variable) or "7860"
+    if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:  # isdigit takes "²" and "٣"
+        raise InputError(f"{variable} must be a port number from 1 to 65535, got {brief(value)}")
+    return host, int(value)

@@ -3,7 +3,6 @@ drafts and fates drawn on its picture, then a summary whose clocks come from und
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +12,7 @@ import gradio as gr
 from gradio.events import Dependency
 
 from specviz import metrics, viz
+from specviz.core.catalogue import is_baseline
 from specviz.core.settings import SettingsError
 from specviz.core.timing import TIMING_BUDGET, timings_wanted
 from specviz.decoding import RunStream
@@ -20,25 +20,20 @@ from specviz.measure.race import Race, needs_retiming, retimed
 from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.trace import Trace
 from specviz.ui.activity import RACING, RaceActivity
-from specviz.ui.controls import Controls, RunRequest
-from specviz.ui.service import (
-    DISPLAY_SIZE,
-    LOADS,
+from specviz.ui.compute import (
     OUT_OF_TIME,
     VIEWER_WORK,
     Deadline,
-    decoder_for,
     each_on_compute_thread,
-    get_model,
-    gpu_seconds,
-    gpu_work,
     on_compute_thread,
-    opened_at,
-    picture,
     request_memory,
-    show,
-    user_errors,
 )
+from specviz.ui.controls import Controls, RunRequest
+from specviz.ui.errors import user_errors
+from specviz.ui.handover import LOADS, opened_at
+from specviz.ui.loading import decoder_for, get_model, gpu_seconds, gpu_work
+from specviz.ui.outputs import Outputs
+from specviz.ui.pictures import DISPLAY_SIZE, picture, show
 
 # seconds between streamed UI updates during a race: the drawing (decode, PNG, browser) took the race to
 # 1.7-2.1x the two runs' compute on 2 cores at 0.1 s, 1.32-1.74x at 0.2 s, 1.36-1.48x at 0.25 s
@@ -157,7 +152,7 @@ def race_bars(sides: list[tuple[str, int, float]], total: int, dark: bool = Fals
     ):
         rows.append(f'<div class="race-bars-title">{measure}</div>')
         for index, (method, nfe, seconds) in enumerate(sides):
-            colour = palette["committed"] if method == "ar" else palette["accepted"]
+            colour = palette["committed"] if is_baseline(method) else palette["accepted"]
             width = min(100.0, 100.0 * value_of(nfe, seconds) / scale)
             rows.append(
                 f'<div class="race-bar"><span class="race-bar-name">{html.escape(method)}</span>'
@@ -266,6 +261,16 @@ def contender_view(model: ImageModel | None, live: Trace, counter_text: str, whe
     return view
 
 
+# a new race or playback first clears the pictures, counters, bars and map of the run shown before
+CLEARED = {
+    "method_image": None,
+    "method_counter": "",
+    "ar_image": None,
+    "ar_counter": "",
+    "bars": "",
+    "progress": None,
+    "progress_title": "",
+}
 NOTHING_TO_PLAY = "Nothing to play yet: press Run or a preset, or upload a trace under *Replay and export*."
 
 
@@ -305,16 +310,8 @@ def play_frames(runs: dict, slow: bool, animate: bool = True) -> Iterator[dict[s
         return race_bars(shown, total)
 
     versus = " against AR" if ar is not None else ""
-    yield {
-        "method_image": None,
-        "method_counter": "",
-        "ar_image": None,
-        "ar_counter": "" if ar is not None else "*This trace came without its AR run (`ar-trace.json`).*",
-        "summary": f"*Playing {trace.method}{versus} again from its trace...*",
-        "bars": "",
-        "progress": None,
-        "progress_title": "",
-    }
+    without = "" if ar is not None else "*This trace came without its AR run (`ar-trace.json`).*"
+    yield {**CLEARED, "ar_counter": without, "summary": f"*Playing {trace.method}{versus} again from its trace...*"}
     started, last, sent = time.perf_counter(), 0.0, dict(at)
     while animate and (moving := [n for n, run in sides.items() if at[n] < len(run.iterations) - 1]):
         name = min(moving, key=now_of)  # as in the race: the side behind on its own clock moves
@@ -353,143 +350,161 @@ def race_seconds(request: RunRequest, slow: bool, opens_on: str | None = None) -
     return gpu_seconds(3 * tokens, tokens * SLOW_MOTION_PAUSE if slow else 0.0)
 
 
-def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, loaded: gr.Number, downloads: gr.File):
-    """The race: a maker of its handler (`racer(opens_on)`, one for Run and one for each preset), with its
-    inputs, outputs and options."""
-    outputs = {field.name: getattr(tab, field.name) for field in dataclasses.fields(tab)}
-    outputs.update(runs=runs, iteration=iteration, loaded=loaded, downloads=downloads)
+class LiveRace:
+    """A race as it runs, as frames: each side's picture and counter where it moved since the last frame,
+    and the bars of both."""
 
-    @gpu_work(model=lambda request, slow, opens_on: request.model, duration=race_seconds)
-    @user_errors
-    def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterator[dict[str, object]]:
-        """The race as frames of output values keyed by name (plain values: inside a GPU call they cross
-        processes); Inspect opens on the runs at `opening_iteration(trace, opens_on)`."""
-        chosen = get_model(request.model)
-        deadline = Deadline()  # the queue is held from here: the prefill, the race, its pauses and its timing
-        contest = on_compute_thread(
-            Race,
-            chosen,
-            request.method,
-            request.prompt,
-            request.seed,
-            request.sampling,
-            request.params(),
-            request_memory(chosen),
-        )
-        shown: dict[RunStream, int] = {}
-        # the previous run's images, counters, summary and downloads go at once: they describe another run
-        yield {
-            "method_image": None,
-            "method_counter": "",
-            "ar_image": None,
-            "ar_counter": "",
-            "summary": racing(request.method),
-            "activity": RACING,
-            "downloads": None,
-            "bars": "",
-            "progress": None,
-            "progress_title": "",
-        }
+    def __init__(self, model: ImageModel, contest: Race):
+        self.model, self.contest = model, contest
+        self.total = contest.baseline.session.geometry.seq_len  # the bars' scale of passes: AR's for the image
+        self._shown: dict[RunStream, int] = {}  # the tokens each side had at its last frame
 
-        def side(stream: RunStream, image: str, count: str) -> dict:
-            """One side's image and counter, where it has moved since the last frame."""
-            if shown.get(stream) == len(stream.tokens):
-                return {}
-            shown[stream] = len(stream.tokens)
-            if stream is contest.contender and stream.iterations:  # its newest pass drawn on its picture
-                return contender_view(chosen, stream.trace(), live_counter(stream), "live")
-            description = f"{stream.method}: {len(stream.tokens)} tokens, live"
-            return {image: picture(chosen, stream.decodable, description, stream.order), count: live_counter(stream)}
-
-        total = contest.baseline.session.geometry.seq_len
-
-        def bars(*done: Trace) -> str:
-            return race_bars([(t.method, metrics.summary(t)["nfe"], t.seconds) for t in done], total)
-
-        def live_bars() -> str:
-            streams = (contest.contender, contest.baseline)
-            return race_bars([(s.method, passes(s), s.elapsed) for s in streams], total)
-
-        def both() -> dict:
-            moved = {
-                **side(contest.contender, "method_image", "method_counter"),
-                **side(contest.baseline, "ar_image", "ar_counter"),
-            }
-            return {**moved, "bars": live_bars()} if moved else {}
-
+    def frames(self, deadline: Deadline, slow: bool) -> Iterator[dict[str, object]]:
+        """The race stepped to its end: a frame every FRAME_INTERVAL at most, or in slow motion after every
+        pass of the method, held for SLOW_MOTION_PAUSE."""
         last = 0.0
         while True:
             deadline.check()  # between passes: a request past its budget, or whose visitor left, stops
-            if (advanced := on_compute_thread(contest.step)) is None:
-                break
-            paced = slow and advanced is contest.contender  # slow motion: every pass of the method, for a while
+            if (advanced := on_compute_thread(self.contest.step)) is None:
+                return
+            paced = slow and advanced is self.contest.contender  # slow motion: every pass of the method, for a while
             if paced or (not slow and time.perf_counter() - last > FRAME_INTERVAL):
                 last = time.perf_counter()
-                frame = both()
+                frame = self.moved()
                 if frame:  # an empty frame (nothing moved) is not an update Gradio accepts
                     yield frame
                     if paced:
                         time.sleep(SLOW_MOTION_PAUSE)
-        trace, ar = contest.traces()
-        # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns,
-        # while Inspect already has the runs (their tokens and passes are final; only the clocks are not)
-        wanted = timings_wanted() if needs_retiming(chosen) else 0
+
+    def moved(self) -> dict:
+        """The sides that moved since the last frame, and the bars; nothing where neither moved."""
+        moved = {**self.side(self.contest.contender, "method"), **self.side(self.contest.baseline, "ar")}
+        return {**moved, "bars": self.bars()} if moved else {}
+
+    def side(self, stream: RunStream, name: str) -> dict:
+        """One side's image and counter (`{name}_image`, `{name}_counter`), where it has moved since the last
+        frame."""
+        if self._shown.get(stream) == len(stream.tokens):
+            return {}
+        self._shown[stream] = len(stream.tokens)
+        if stream is self.contest.contender and stream.iterations:  # its newest pass drawn on its picture
+            return contender_view(self.model, stream.trace(), live_counter(stream), "live")
+        description = f"{stream.method}: {len(stream.tokens)} tokens, live"
+        image = picture(self.model, stream.decodable, description, stream.order)
+        return {f"{name}_image": image, f"{name}_counter": live_counter(stream)}
+
+    def bars(self) -> str:
+        streams = (self.contest.contender, self.contest.baseline)
+        return race_bars([(s.method, passes(s), s.elapsed) for s in streams], self.total)
+
+
+def finished_bars(total: int, *done: Trace) -> str:
+    """The bars of finished runs, passes on the scale of `total`."""
+    return race_bars([(t.method, metrics.summary(t)["nfe"], t.seconds) for t in done], total)
+
+
+def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterator[dict[str, object]]:
+    """The race as frames of output values keyed by name (plain values: inside a GPU call they cross
+    processes); Inspect opens on the runs at `opening_iteration(trace, opens_on)`."""
+    chosen = get_model(request.model)
+    deadline = Deadline()  # the queue is held from here: the prefill, the race, its pauses and its timing
+    contest = on_compute_thread(
+        Race,
+        chosen,
+        request.method,
+        request.prompt,
+        request.seed,
+        request.sampling,
+        request.params(),
+        request_memory(chosen),
+    )
+    # the previous run's images, counters, summary and downloads go at once: they describe another run
+    yield {**CLEARED, "summary": racing(request.method), "activity": RACING, "downloads": None}
+    live = LiveRace(chosen, contest)
+    yield from live.frames(deadline, slow)
+    trace, ar = contest.traces()
+    # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns,
+    # while Inspect already has the runs (their tokens and passes are final; only the clocks are not)
+    wanted = timings_wanted() if needs_retiming(chosen) else 0
+    yield {
+        "method_image": final_picture(chosen, trace),
+        "ar_image": final_picture(chosen, ar),
+        "method_counter": final_counter(trace),
+        "ar_counter": final_counter(ar),
+        "summary": race_summary(trace, ar, drawing_shared=wanted > 0, timing=wanted),
+        "bars": finished_bars(live.total, trace, ar),
+        **progress_view(trace, "final"),
+        "runs": {"trace": trace, "ar": ar},
+        "iteration": opened_at(trace, opens_on),
+        "loaded": next(LOADS),
+        "activity": RaceActivity("retiming") if wanted else None,
+    }
+    if wanted:
+        yield from retiming_frames(chosen, (trace, ar), wanted, deadline, live.total)
+
+
+def retiming_frames(
+    model: ImageModel, runs: tuple[Trace, Trace], wanted: int, deadline: Deadline, total: int
+) -> Iterator[dict[str, object]]:
+    """A finished race's two runs timed again undisturbed (`wanted` rounds at most): their counters, summary
+    and bars after each round, then the final clocks handed to Inspect; nothing more once the visitor left."""
+    trace, ar = runs
+    note = ""
+    VIEWER_WORK.settle()  # Inspect draws the runs it was just given before anything is timed
+    # the repeats give way to Inspect after every pass, and a round it drew during is timed again
+    rounds = retimed(model, [trace, ar], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
+    for timed in each_on_compute_thread(rounds):
+        if not deadline.wanted():  # the visitor left: nobody reads the clocks
+            return
+        if deadline.left < 0:  # the request's time is up: the clocks of the rounds done stand
+            note += OUT_OF_TIME
+            break
+        if timed is None:  # a pass done: Inspect's pictures may take the compute thread now
+            continue
+        if timed.abandoned:  # a repeat drew other tokens: its clock would time another computation
+            note = " Timing again was abandoned: a repeat drew other tokens, so its clock would time another run."
+            break
+        trace, ar = timed.traces
+        note = disturbed_note(timed.disturbed)
         yield {
-            "method_image": final_picture(chosen, trace),
-            "ar_image": final_picture(chosen, ar),
             "method_counter": final_counter(trace),
             "ar_counter": final_counter(ar),
-            "summary": race_summary(trace, ar, drawing_shared=wanted > 0, timing=wanted),
-            "bars": bars(trace, ar),
-            **progress_view(trace, "final"),
-            "runs": {"trace": trace, "ar": ar},
-            "iteration": opened_at(trace, opens_on),
-            "loaded": next(LOADS),
-            "activity": RaceActivity("retiming") if wanted else None,
+            "summary": race_summary(trace, ar, drawing_shared=True, timing=wanted) + note,
+            "bars": finished_bars(total, trace, ar),
+            "activity": RaceActivity("retiming", timed.done),
         }
-        if not wanted:
-            return
-        note = ""
-        VIEWER_WORK.settle()  # Inspect draws the runs it was just given before anything is timed
-        # the repeats give way to Inspect after every pass, and a round it drew during is timed again
-        rounds = retimed(chosen, [trace, ar], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
-        for timed in each_on_compute_thread(rounds):
-            if not deadline.wanted():  # the visitor left: nobody reads the clocks
-                return
-            if deadline.left < 0:  # the request's time is up: the clocks of the rounds done stand
-                note += OUT_OF_TIME
-                break
-            if timed is None:  # a pass done: Inspect's pictures may take the compute thread now
-                continue
-            if timed.abandoned:  # a repeat drew other tokens: its clock would time another computation
-                note = " Timing again was abandoned: a repeat drew other tokens, so its clock would time another run."
-                break
-            trace, ar = timed.traces
-            note = disturbed_note(timed.disturbed)
-            yield {
-                "method_counter": final_counter(trace),
-                "ar_counter": final_counter(ar),
-                "summary": race_summary(trace, ar, drawing_shared=True, timing=wanted) + note,
-                "bars": bars(trace, ar),
-                "activity": RaceActivity("retiming", timed.done),
-            }
-        # Inspect's race panel takes the final clocks; the iteration a viewer chose stays
-        yield {
-            "summary": race_summary(trace, ar, drawing_shared=True) + note,
-            "runs": {"trace": trace, "ar": ar},
-            "loaded": next(LOADS),
-            "activity": None,
-        }
+    # Inspect's race panel takes the final clocks; the iteration a viewer chose stays
+    yield {
+        "summary": race_summary(trace, ar, drawing_shared=True) + note,
+        "runs": {"trace": trace, "ar": ar},
+        "loaded": next(LOADS),
+        "activity": None,
+    }
+
+
+def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider, loaded: gr.Number, downloads: gr.File):
+    """The race: a maker of its handler (`racer(opens_on)`, one for Run and one for each preset), with its
+    inputs, outputs and options."""
+    outputs = Outputs(
+        {"method_image": tab.method_image, "method_counter": tab.method_counter, "ar_image": tab.ar_image,
+         "ar_counter": tab.ar_counter, "summary": tab.summary, "runs": runs, "iteration": iteration,
+         "downloads": downloads, "bars": tab.bars, "progress": tab.progress, "progress_title": tab.progress_title,
+         "activity": tab.activity, "loaded": loaded}
+    )  # fmt: skip
+    # entered as GPU work where the model sits on a GPU (decorated here, when the page is built)
+    frames = gpu_work(model=lambda request, slow, opens_on: request.model, duration=race_seconds)(
+        user_errors(race_frames)
+    )
 
     def racer(opens_on: str | None = None) -> Callable[[dict], Iterator[dict]]:
         """The handler of Run (`opens_on` None) or of a preset (its `opens_on`)."""
 
         @user_errors
+        @outputs.set_by
         def race(data: dict) -> Iterator[dict]:
             request = controls.request(data)
             request.check(get_model(request.model))  # refused here, before any work or GPU slot
-            for frame in race_frames(request, data[tab.speed] == "slow", opens_on):
-                yield {outputs[name]: value for name, value in frame.items()}
+            yield from frames(request, data[tab.speed] == "slow", opens_on)
 
         return race
 
@@ -499,9 +514,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         "concurrency_id": "gpu",
         "show_progress": "hidden",  # the images and counters are the progress; a spinner only costs CPU
     }
-    shown = ["method_image", "method_counter", "ar_image", "ar_counter", "summary", "runs", "iteration"]
-    shown += ["downloads", "bars", "progress", "progress_title", "activity", "loaded"]
-    return racer, inputs, [outputs[name] for name in shown], options
+    return racer, inputs, outputs.components, options
 
 
 def final_picture(model, trace: Trace):
@@ -514,25 +527,23 @@ def wire_play(tab: RaceTab, runs: gr.State) -> tuple[Dependency, Callable[[Depen
     it) and what chains the finished race's view after an event that sets `runs` (an upload)."""
     names = ["method_image", "method_counter", "ar_image", "ar_counter", "summary", "bars", "progress"]
     names += ["progress_title"]
-    outputs = {name: getattr(tab, name) for name in names}
-
-    def keyed(frames: Iterator[dict]) -> Iterator[dict]:
-        for frame in frames:
-            yield {outputs[name]: value for name, value in frame.items()}
+    outputs = Outputs({name: getattr(tab, name) for name in names})
 
     @user_errors
     @VIEWER_WORK.drawing  # it draws on the compute thread: a timing round it overlaps is timed again
+    @outputs.set_by
     def play(state: dict, speed: str) -> Iterator[dict]:
-        yield from keyed(play_frames(state, speed == "slow"))
+        yield from play_frames(state, speed == "slow")
 
     @user_errors
+    @outputs.set_by
     def played(state: dict) -> Iterator[dict]:
         if state:  # an upload that was refused leaves the race as it was
-            yield from keyed(play_frames(state, slow=False, animate=False))
+            yield from play_frames(state, slow=False, animate=False)
 
-    event = tab.play_again.click(play, [runs, tab.speed], list(outputs.values()), show_progress="hidden")
+    event = tab.play_again.click(play, [runs, tab.speed], outputs.components, show_progress="hidden")
 
     def show_after(loaded: Dependency) -> Dependency:
-        return loaded.then(played, runs, list(outputs.values()), show_progress="hidden")
+        return loaded.then(played, runs, outputs.components, show_progress="hidden")
 
     return event, show_after

@@ -3,6 +3,10 @@ run's trace, a slide-ready animation beside its AR run, a frame and the publicat
 
 from __future__ import annotations
 
+import logging
+import shutil
+import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,21 +16,33 @@ from gradio.events import Dependency
 from PIL import Image
 
 from specviz import metrics, viz
+from specviz.core.catalogue import is_baseline
 from specviz.core.settings import SettingsError
 from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.trace import Trace, TraceError
+from specviz.ui.compute import VIEWER_WORK, on_compute_thread
 from specviz.ui.controls import Controls, restored_controls
-from specviz.ui.service import (
-    LOADS,
-    VIEWER_WORK,
-    decoder_for,
-    export_folder,
-    log,
-    on_compute_thread,
-    opened_at,
-    user_errors,
-)
+from specviz.ui.errors import user_errors
+from specviz.ui.handover import LOADS, opened_at
+from specviz.ui.loading import decoder_for
+from specviz.ui.outputs import Outputs
 from specviz.viz.publication import FORMATS, write_figures
+
+log = logging.getLogger("specviz.ui")
+
+EXPORT_ROOT = Path(tempfile.gettempdir()) / "specviz-exports"
+EXPORT_MAX_AGE_SECONDS = 3600
+
+
+def export_folder() -> Path:
+    """A new folder for one export; folders older than an hour are removed first, so a long-running
+    server does not fill its disk."""
+    EXPORT_ROOT.mkdir(exist_ok=True)
+    cutoff = time.time() - EXPORT_MAX_AGE_SECONDS
+    for old in EXPORT_ROOT.iterdir():
+        if old.is_dir() and old.stat().st_mtime < cutoff:
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix="export-", dir=EXPORT_ROOT))
 
 
 def figure_archive(runs: dict, j: int, folder: Path, decoder: ImageModel | None, dark: bool) -> Path:
@@ -58,7 +74,7 @@ def replayed(traces: list[Trace]) -> dict:
         raise TraceError(f"upload one trace, or a trace and its ar-trace.json; got {len(traces)} files")
     if len(traces) == 1:
         return {"trace": traces[0]}
-    ar = [t for t in traces if t.method == "ar"]
+    ar = [t for t in traces if is_baseline(t.method)]
     if not ar:
         raise TraceError("of two traces one must be the AR run (ar-trace.json) that the other raced")
     trace = next((t for t in traces if t is not ar[-1]), ar[0])
@@ -110,12 +126,18 @@ def build() -> ReplayTab:
 def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slider, loaded: gr.Number) -> Dependency:
     """The upload and the export; returns the upload's event, after which the race tab shows the runs."""
 
+    outputs = Outputs(
+        {"runs": runs, "status": tab.status, "iteration": iteration, "loaded": loaded, "downloads": tab.downloads},
+        controls.restored_outputs(),
+    )
+
     @user_errors
-    def replay(paths: list[str] | None, big: bool, night: bool):
+    @outputs.set_by
+    def replay(paths: list[str] | None, big: bool, night: bool) -> dict:
         """Load a trace (and the AR run it raced); set the controls to its settings and open Inspect at an
         instructive iteration."""
         if not paths:
-            return (gr.update(),) * len(outputs)
+            return {}
         try:
             if len(paths) > 2:  # counted before any is read (CheckedBlocks refuses more already)
                 raise TraceError(f"upload one trace, or a trace and its ar-trace.json; got {len(paths)} files")
@@ -123,7 +145,7 @@ def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slide
         except TraceError as error:  # said on the status line; the run on screen and the controls stay
             log.warning("refused upload: %s", error)
             gr.Warning(str(error))
-            return gr.skip(), f"**Not loaded**: {error}", *(gr.skip(),) * (len(outputs) - 2)
+            return {"status": f"**Not loaded**: {error}"}
         trace = state["trace"]
         note = f"Loaded **{trace.method}** on **{trace.model}**: "
         note += f"{len(trace.iterations)} iterations, NFE {trace.nfe}"
@@ -132,12 +154,12 @@ def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slide
         note += "The controls now show its settings" + (f" ({'; '.join(unchanged)})." if unchanged else ".")
         if decoder_for(trace) is None:
             note += f" Model {trace.model} is not loaded here, so images are not shown; the token views are."
-        return state, note, opened_at(trace), next(LOADS), None, *restored
+        handed = {"runs": state, "iteration": opened_at(trace), "loaded": next(LOADS), "downloads": None}
+        return {**handed, "status": note, **restored}
 
-    outputs = [runs, tab.status, iteration, loaded, tab.downloads, *controls.restored_outputs()]
-    # any other refusal marks the status line, not every control the upload would have set
+    # any other refusal marks the status line, not every control the upload would have set; Inspect follows `loaded`
     inputs = [tab.upload, controls.large, controls.dark]
-    uploaded = tab.upload.upload(replay, inputs, outputs, show_progress_on=tab.status)  # Inspect: on `loaded`
+    uploaded = tab.upload.upload(replay, inputs, outputs.components, show_progress_on=tab.status)
 
     @user_errors
     @VIEWER_WORK.drawing
