@@ -30,7 +30,9 @@ import hashlib
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import torch
@@ -38,7 +40,7 @@ from safetensors.torch import load_file, save_file
 
 from specviz.core.threads import configure_threads
 from specviz.models.tiny.data import may_mirror, shift_tokens
-from specviz.models.tiny.designs import SOURCES, build_design_set
+from specviz.models.tiny.designs import SOURCES, DesignSet, build_design_set
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny.text import TextEncoder
 from specviz.models.tiny.tokenizer import (
@@ -194,7 +196,52 @@ def load_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim
     return state
 
 
-def main(argv: list[str] | None = None) -> None:
+def device_name(device: torch.device) -> str:
+    """The device a run trained on, as its summary records it."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def minutes_so_far(run: dict, started: float) -> float:
+    """Minutes the run has trained: earlier sittings' (a resumed run's) plus this one's."""
+    return run["minutes_before"] + (time.time() - started) / 60
+
+
+def held_and_mirrors(designs: DesignSet) -> tuple[torch.Tensor, np.ndarray, torch.Tensor]:
+    """Per design whether it is held out; the pictures (the designs, then the mirrors their captions
+    allow); per picture the design it shows: every trainer splits and mirrors the designs alike."""
+    pictures, source = mirrored(designs.images, designs.captions)
+    return torch.from_numpy(designs.held_out), pictures, torch.from_numpy(source)
+
+
+def prompt_vectors(designs: DesignSet, cache: Path, device: torch.device) -> torch.Tensor:
+    """(templates, designs, 384) the caption vectors of every template filled with every design's caption."""
+    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in designs.captions]
+    return caption_vectors(captions, cache).view(len(CAPTION_TEMPLATES), len(designs.images), -1).to(device)
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def descend(loss: torch.Tensor, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """One optimiser step on `loss`, its gradient's norm clipped to 1."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def resumed(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> dict:
+    """The state of the run checkpointed in `folder`, restored into the model, the optimiser and the data's
+    generator, so the run goes on with the draws it would have made."""
+    run = load_checkpoint(folder, model, optimizer)
+    generator.set_state(run["generator"])
+    print(f"resumed at step {run['step']} from {folder}", flush=True)
+    return run
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=4500)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -226,41 +273,103 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=ASSETS)
     parser.add_argument("--cache", type=Path, default=Path(".cache"))
-    args = parser.parse_args(argv)
-    started = time.time()
-    threads = configure_threads()  # every core but one: a busy core does not stall the OpenMP team
-    torch.manual_seed(args.seed)
-    generator = torch.Generator().manual_seed(args.seed)
-    autocast = not args.no_autocast
-    args.out.mkdir(parents=True, exist_ok=True)
-    checkpoints = args.resume or args.checkpoints
+    return parser.parse_args(argv)
 
+
+@dataclass(frozen=True)
+class SplitDesigns:
+    """The designs as every trainer reads them, on the device: per design (image of the design set) whether
+    it is held out, per picture (`held_and_mirrors`: the designs, then their mirrors) the design it shows."""
+
+    designs: DesignSet
+    held: torch.Tensor
+    source: torch.Tensor
+    text: torch.Tensor  # `prompt_vectors`
+    train_pictures: torch.Tensor  # the pictures of training designs
+    held_ids: torch.Tensor  # the held-out designs
+    train_probe: torch.Tensor  # the training designs the evaluations measure
+
+    @classmethod
+    def of(
+        cls,
+        designs: DesignSet,
+        held: torch.Tensor,
+        source: torch.Tensor,
+        text: torch.Tensor,
+        train_probe: torch.Tensor,
+        device: torch.device,
+        **more: object,
+    ) -> Self:
+        """The split `held_and_mirrors` gives (and a trainer's `more` fields), with its training pictures
+        and held-out designs found."""
+        train_pictures, held_ids = (~held[source]).nonzero().squeeze(1), held.nonzero().squeeze(1)
+        return cls(designs, held, source.to(device), text, train_pictures, held_ids, train_probe, **more)
+
+
+@dataclass(frozen=True)
+class Data(SplitDesigns):
+    """Everything the generator's training reads: the designs as patches and their codebook."""
+
+    patches: torch.Tensor  # uint8 (pictures, 256, 27): each batch's codes are drawn afresh from them
+    codebook: torch.Tensor
+    white: int  # the code of a white patch, which fills what a shift uncovers
+    evaluation_codes: dict[str, torch.Tensor]  # one fixed draw of the probes' codes, per split
+    quality: dict[str, float]  # the tokenizer's PSNR per split
+    entropy: float  # the texture quantiser's nats per code
+
+
+def codebook_for(args: argparse.Namespace, training_images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The codebook written in --out: fitted (the run's first draws from `generator`) and written there, or,
+    when the run resumes, the one its first sitting wrote."""
+    if args.resume:
+        return load_file(str(args.out / "codebook.safetensors"))["codebook"]
+    device = torch.device(args.device)
+    codebook = fit_codebook(distinct_patches(training_images, CODEBOOK_SAMPLE, generator).to(device), 1024,
+                            args.codebook_iterations, generator).cpu()  # fmt: skip
+    save_file({"codebook": codebook.contiguous()}, str(args.out / "codebook.safetensors"))
+    return codebook
+
+
+def tokenizer_quality(codebook: torch.Tensor, originals: torch.Tensor, held: torch.Tensor) -> dict[str, float]:
+    """The mean PSNR of the designs through their nearest codes, per split."""
+    tokenizer = PatchTokenizer(codebook)
+    nearest = tokenizer.encode(originals)
+    return {
+        split: psnr(originals[mask], tokenizer.decode(nearest[mask], 16, 16)).mean().item()
+        for split, mask in (("train", ~held), ("held_out", held))
+    }
+
+
+def evaluation_draws(
+    held: torch.Tensor, patches: torch.Tensor, codebook: torch.Tensor, tau: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The training designs the evaluations measure and one fixed draw of the probes' codes, from seeds of
+    their own: the same whether a run starts or resumes, so evaluations compare like with like."""
+    fixed = torch.Generator().manual_seed(3)
+    train_probe = (~held).nonzero().squeeze(1)[torch.randperm(int((~held).sum()), generator=fixed)[:300]]
+    evaluation_codes = {
+        name: sample_codes(patches[ids].float() / 255.0, codebook, tau, torch.Generator().manual_seed(1))
+        for name, ids in (("train", train_probe), ("held_out", held.nonzero().squeeze(1)))
+    }
+    return train_probe, evaluation_codes
+
+
+def prepare_data(args: argparse.Namespace, generator: torch.Generator) -> Data:
+    """The designs, their codebook (fitted from `generator` unless the run resumes), patches and caption
+    vectors, and the fixed evaluation draws; prints what the data are and how well the codes draw them."""
+    device = torch.device(args.device)
     designs = build_design_set(args.cache / "designs")
-    held = torch.from_numpy(designs.held_out)
-    pictures, source = mirrored(designs.images, designs.captions)
-    source = torch.from_numpy(source)
+    held, pictures, source = held_and_mirrors(designs)
     print(
         f"{len(designs.images)} images of {len(set(designs.captions))} captions "
         f"({designs.designs_per_caption():.2f} designs each), {int(held.sum())} held out; "
         f"{len(pictures)} images with mirrors",
         flush=True,
     )
-
-    device = torch.device(args.device)
     originals = torch.from_numpy(designs.images)
-    if args.resume:
-        codebook = load_file(str(args.out / "codebook.safetensors"))["codebook"]
-    else:
-        codebook = fit_codebook(distinct_patches(originals[~held], CODEBOOK_SAMPLE, generator).to(device), 1024,
-                                args.codebook_iterations, generator).cpu()  # fmt: skip
-        save_file({"codebook": codebook.contiguous()}, str(args.out / "codebook.safetensors"))
-    tokenizer = PatchTokenizer(codebook)
-    nearest = tokenizer.encode(originals)
+    codebook = codebook_for(args, originals[~held], generator)
     white = int(nearest_code(torch.ones(1, 27), codebook)[0])
-    quality = {
-        split: psnr(originals[mask], tokenizer.decode(nearest[mask], 16, 16)).mean().item()
-        for split, mask in (("train", ~held), ("held_out", held))
-    }
+    quality = tokenizer_quality(codebook, originals, held)
     patches = patchify(torch.from_numpy(pictures)).to(device)  # uint8, (M, 256, 27): quantised per batch
     codebook = codebook.to(device)
     probe = torch.randperm(len(originals), generator=torch.Generator().manual_seed(2))[:500]  # fixed
@@ -270,19 +379,14 @@ def main(argv: list[str] | None = None) -> None:
         f"texture quantiser at tau {args.tau}: {entropy:.3f} nats per code",
         flush=True,
     )
+    text = prompt_vectors(designs, args.cache, device)
+    train_probe, evaluation_codes = evaluation_draws(held, patches, codebook, args.tau)
+    more = {"patches": patches, "codebook": codebook, "white": white, "evaluation_codes": evaluation_codes}
+    return Data.of(designs, held, source, text, train_probe, device, **more, quality=quality, entropy=entropy)
 
-    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in designs.captions]
-    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(designs.images), -1).to(device)
-    train_pictures = (~held[source]).nonzero().squeeze(1)
-    held_ids = held.nonzero().squeeze(1)
-    fixed = torch.Generator().manual_seed(3)  # the same probe whether a run starts or resumes
-    train_probe = (~held).nonzero().squeeze(1)[torch.randperm(int((~held).sum()), generator=fixed)[:300]]
-    evaluation_codes = {  # one fixed draw, so evaluations compare like with like
-        name: sample_codes(patches[ids].float() / 255.0, codebook, args.tau, torch.Generator().manual_seed(1))
-        for name, ids in (("train", train_probe), ("held_out", held_ids))
-    }
-    source = source.to(device)
 
+def build_model(args: argparse.Namespace, data: Data) -> TinyTextToImage:
+    """The generator, its weights drawn from the global seed; prints its size."""
     config = TinyConfig(
         hidden_size=args.hidden,
         num_layers=args.layers,
@@ -290,94 +394,183 @@ def main(argv: list[str] | None = None) -> None:
         intermediate_size=3 * args.hidden,
         dropout=args.dropout,
     )
-    model = TinyTextToImage(config).to(device)
+    model = TinyTextToImage(config).to(args.device)
     params = sum(p.numel() for p in model.parameters())
-    print(f"generator: {params / 1e6:.2f}M parameters, {len(train_pictures)} training images", flush=True)
-    optimizer = adamw(model, args.lr, args.weight_decay)
+    print(f"generator: {params / 1e6:.2f}M parameters, {len(data.train_pictures)} training images", flush=True)
+    return model
+
+
+def start_run(
+    args: argparse.Namespace, model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator
+) -> dict:
+    """The run's record (next step, evaluations, the kept weights and their evaluation, earlier minutes):
+    a fresh one, which keeps the initial weights until an evaluation, or the checkpoint's it resumes."""
     run = {"step": 0, "history": [], "kept": {"held_out_loss": math.inf}, "minutes_before": 0.0}
     run["kept_state"] = copy.deepcopy(model.state_dict())
-    if args.resume:
-        run = load_checkpoint(args.resume, model, optimizer)
-        generator.set_state(run["generator"])
-        print(f"resumed at step {run['step']} from {args.resume}", flush=True)
-    for step in range(run["step"], args.steps):
-        picture, template, drop, dy, dx = training_draws(train_pictures, args.batch_size, generator)
-        codes = sample_codes(patches[picture].float() / 255.0, codebook, args.tau, generator)
-        batch_tokens = shift_tokens(codes, config.rows, config.cols, dy.to(device), dx.to(device), white)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr)
-        prompts = text[template.to(device), source[picture]]
-        if args.text_noise:
-            noise = torch.randn(prompts.shape, generator=generator).to(device) * args.text_noise
-            prompts = torch.nn.functional.normalize(prompts + noise, dim=-1)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            loss = model.training_loss(prompts, drop.to(device), batch_tokens)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if step % args.eval_every == 0 or step == args.steps - 1:
-            record = evaluation(
-                step,
-                loss,
-                mean_loss(model, text[0, source[train_probe]], evaluation_codes["train"], autocast),
-                mean_loss(model, text[0, held_ids], evaluation_codes["held_out"], autocast),
-                started,
-            )
-            record["minutes"] = round(record["minutes"] + run["minutes_before"], 1)
-            run["history"].append(record)
-            if args.keep == "last" or record["held_out_loss"] < run["kept"]["held_out_loss"]:
-                run["kept"], run["kept_state"] = record, copy.deepcopy(model.state_dict())
-            if checkpoints:
-                minutes = run["minutes_before"] + (time.time() - started) / 60
-                state = {**run, "step": step + 1, "generator": generator.get_state()}
-                save_checkpoint(checkpoints, model, optimizer, {**state, "minutes_before": minutes})
+    return resumed(args.resume, model, optimizer, generator) if args.resume else run
 
+
+def training_step(
+    args: argparse.Namespace,
+    data: Data,
+    model: TinyTextToImage,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """One optimiser step on a fresh batch, its loss returned: the batch, then its codes, then the noise
+    on its prompts, all drawn from `generator` in that order."""
+    device = torch.device(args.device)
+    picture, template, drop, dy, dx = training_draws(data.train_pictures, args.batch_size, generator)
+    codes = sample_codes(data.patches[picture].float() / 255.0, data.codebook, args.tau, generator)
+    batch_tokens = shift_tokens(codes, model.config.rows, model.config.cols, dy.to(device), dx.to(device), data.white)
+    set_learning_rate(optimizer, learning_rate(step, args.steps, args.lr))
+    prompts = data.text[template.to(device), data.source[picture]]
+    if args.text_noise:
+        noise = torch.randn(prompts.shape, generator=generator).to(device) * args.text_noise
+        prompts = torch.nn.functional.normalize(prompts + noise, dim=-1)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=not args.no_autocast):
+        loss = model.training_loss(prompts, drop.to(device), batch_tokens)
+    descend(loss, model, optimizer)
+    return loss
+
+
+def evaluate(
+    args: argparse.Namespace,
+    data: Data,
+    model: TinyTextToImage,
+    run: dict,
+    step: int,
+    loss: torch.Tensor,
+    started: float,
+) -> None:
+    """Measure the probes at `step`, print and record the evaluation, and keep the weights if --keep
+    wants them (the last ones, or the lowest held-out loss so far)."""
+    autocast = not args.no_autocast
+    record = evaluation(
+        step,
+        loss,
+        mean_loss(model, data.text[0, data.source[data.train_probe]], data.evaluation_codes["train"], autocast),
+        mean_loss(model, data.text[0, data.held_ids], data.evaluation_codes["held_out"], autocast),
+        started,
+    )
+    record["minutes"] = round(record["minutes"] + run["minutes_before"], 1)
+    run["history"].append(record)
+    if args.keep == "last" or record["held_out_loss"] < run["kept"]["held_out_loss"]:
+        run["kept"], run["kept_state"] = record, copy.deepcopy(model.state_dict())
+
+
+def checkpoint(
+    folder: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    run: dict,
+    step: int,
+    generator: torch.Generator,
+    started: float,
+) -> None:
+    """Write the run after `step`, to be resumed at the next one with the generator where it stands."""
+    state = {**run, "step": step + 1, "generator": generator.get_state()}
+    save_checkpoint(folder, model, optimizer, {**state, "minutes_before": minutes_so_far(run, started)})
+
+
+def train(
+    args: argparse.Namespace,
+    data: Data,
+    model: TinyTextToImage,
+    optimizer: torch.optim.Optimizer,
+    run: dict,
+    generator: torch.Generator,
+    started: float,
+) -> None:
+    """Train from the run's step to --steps, evaluating (and checkpointing, with --checkpoints or
+    --resume) every --eval-every steps and at the last."""
+    checkpoints = args.resume or args.checkpoints
+    for step in range(run["step"], args.steps):
+        loss = training_step(args, data, model, optimizer, step, generator)
+        if step % args.eval_every == 0 or step == args.steps - 1:
+            evaluate(args, data, model, run, step, loss, started)
+            if checkpoints:
+                checkpoint(checkpoints, model, optimizer, run, step, generator, started)
+
+
+def training_record(args: argparse.Namespace, data: Data, run: dict, threads: int, started: float) -> dict:
+    """How the weights were made: the settings, the data and its augmentations, and the run's evaluations."""
+    settings = {
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "weight_decay": args.weight_decay,
+        "dropout": args.dropout,
+        "keep": args.keep,
+        "text_noise": args.text_noise,
+        "seed": args.seed,
+        "autocast_bf16": not args.no_autocast,
+        "torch_threads": threads,
+        "device": device_name(torch.device(args.device)),
+    }
+    designs = data.designs
+    augmented_data = {
+        "condition_drop": CONDITION_DROP,
+        "caption_templates": list(CAPTION_TEMPLATES),
+        "max_shift_patches": MAX_SHIFT,
+        "shift_probability": SHIFT_PROBABILITY,
+        "designs": {source.name: designs.designs.count(source.name) for source in SOURCES},
+        "captions": len(set(designs.captions)),
+        "designs_per_caption": round(designs.designs_per_caption(), 2),
+        "held_out_images": int(data.held.sum()),
+        "images_with_mirrors": len(data.patches),
+        "training_images": len(data.train_pictures),
+        "translations_per_image": (2 * MAX_SHIFT + 1) ** 2,
+    }
+    outcome = {
+        "kept_checkpoint": run["kept"],
+        "minutes": round(minutes_so_far(run, started), 1),
+        "torch": torch.__version__,
+        "history": run["history"],
+    }
+    return settings | augmented_data | outcome
+
+
+def write_model(
+    args: argparse.Namespace, data: Data, model: TinyTextToImage, run: dict, threads: int, started: float
+) -> None:
+    """Write the kept weights (bfloat16), config.json (architecture, sampling defaults, training record,
+    tokenizer) and prompts.json (the training captions, which the app offers) into --out."""
     save_file(bfloat16(run["kept_state"]), str(args.out / "model.safetensors"))
     summary = {
-        "model": config.to_dict(),
-        "parameters": params,
+        "model": model.config.to_dict(),
+        "parameters": sum(p.numel() for p in model.parameters()),
         "sampling": {"temperature": 1.0, "top_k": None, "top_p": 1.0, "guidance_scale": 1.5},
-        "training": {
-            "steps": args.steps,
-            "batch_size": args.batch_size,
-            "lr": args.lr,
-            "weight_decay": args.weight_decay,
-            "dropout": args.dropout,
-            "keep": args.keep,
-            "text_noise": args.text_noise,
-            "seed": args.seed,
-            "autocast_bf16": autocast,
-            "torch_threads": threads,
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "condition_drop": CONDITION_DROP,
-            "caption_templates": list(CAPTION_TEMPLATES),
-            "max_shift_patches": MAX_SHIFT,
-            "shift_probability": SHIFT_PROBABILITY,
-            "designs": {source.name: designs.designs.count(source.name) for source in SOURCES},
-            "captions": len(set(designs.captions)),
-            "designs_per_caption": round(designs.designs_per_caption(), 2),
-            "held_out_images": int(held.sum()),
-            "images_with_mirrors": len(pictures),
-            "training_images": len(train_pictures),
-            "translations_per_image": (2 * MAX_SHIFT + 1) ** 2,
-            "kept_checkpoint": run["kept"],
-            "minutes": round(run["minutes_before"] + (time.time() - started) / 60, 1),
-            "torch": torch.__version__,
-            "history": run["history"],
-        },
+        "training": training_record(args, data, run, threads, started),
         "tokenizer": {
             "codes": 1024,
             "patch": 3,
-            "psnr_db": {k: round(v, 2) for k, v in quality.items()},
+            "psnr_db": {k: round(v, 2) for k, v in data.quality.items()},
             "texture_tau": args.tau,
-            "texture_nats_per_code": round(entropy, 3),
+            "texture_nats_per_code": round(data.entropy, 3),
         },
     }
     (args.out / "config.json").write_text(json.dumps(summary, indent=2) + "\n")
-    known = sorted(set(caption for caption, out in zip(designs.captions, held.tolist(), strict=True) if not out))
+    captions, held = data.designs.captions, data.held.tolist()
+    known = sorted(set(caption for caption, out in zip(captions, held, strict=True) if not out))
     (args.out / "prompts.json").write_text(json.dumps(known, indent=0) + "\n")  # the app offers them
     print(f"wrote {args.out} in {summary['training']['minutes']} min; kept {run['kept']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
+    started = time.time()
+    threads = configure_threads()  # every core but one: a busy core does not stall the OpenMP team
+    torch.manual_seed(args.seed)
+    generator = torch.Generator().manual_seed(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = prepare_data(args, generator)
+    model = build_model(args, data)
+    optimizer = adamw(model, args.lr, args.weight_decay)
+    run = start_run(args, model, optimizer, generator)
+    train(args, data, model, optimizer, run, generator, started)
+    write_model(args, data, model, run, threads, started)
 
 
 if __name__ == "__main__":

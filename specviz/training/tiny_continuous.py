@@ -29,6 +29,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -37,20 +38,24 @@ from safetensors.torch import load_file, save_file
 from specviz.core.threads import configure_threads
 from specviz.models.networks.diffusion_head import TRAINING_STEPS, Schedule, gaussian_kl, noised, transition_moments
 from specviz.models.tiny.data import shift_tokens
-from specviz.models.tiny.designs import SOURCES, build_design_set
+from specviz.models.tiny.designs import SOURCES, DesignSet, build_design_set
 from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousTextToImage
 from specviz.models.tiny_continuous.projection import PatchProjection
 from specviz.training.tiny import (
-    CAPTION_TEMPLATES,
     CONDITION_DROP,
+    SplitDesigns,
     adamw,
     bfloat16,
-    caption_vectors,
+    descend,
+    device_name,
     evaluation,
+    held_and_mirrors,
     learning_rate,
-    load_checkpoint,
-    mirrored,
+    minutes_so_far,
+    prompt_vectors,
+    resumed,
     save_checkpoint,
+    set_learning_rate,
     training_draws,
 )
 
@@ -144,7 +149,7 @@ def load_role(folder: Path, role: str) -> tuple[ContinuousTextToImage, dict]:
     return model, summary
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--role", choices=tuple(ROLES), required=True)
     parser.add_argument("--steps", type=int, default=1500)
@@ -191,154 +196,260 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--distil-from trains a draft towards a target: use it with --role draft")
     if args.minutes and args.resume:
         parser.error("--resume continues a run of known length: give the --steps its first sitting printed")
+    return args
+
+
+@dataclass(frozen=True)
+class Data(SplitDesigns):
+    """Everything the pair's training reads: the designs as projected patches."""
+
+    tokens: torch.Tensor  # (pictures, 256, dim)
+    white: torch.Tensor  # the token of a white patch, which fills what a shift uncovers
+
+
+def projection_for(args: argparse.Namespace, designs: DesignSet, held: torch.Tensor) -> PatchProjection:
+    """The patch projection, written to --out: --init-from's, since a model keeps its token space, or one
+    fitted to the training designs."""
+    if args.init_from and (args.init_from / "projection.safetensors").exists():
+        projection = PatchProjection.from_state(load_file(str(args.init_from / "projection.safetensors")))
+    else:
+        projection = PatchProjection.fit(torch.from_numpy(designs.images)[~held])
+    save_file(projection.state(), str(args.out / "projection.safetensors"))
+    return projection
+
+
+def prepare_data(args: argparse.Namespace, designs: DesignSet, text: torch.Tensor, generator: torch.Generator) -> Data:
+    """The designs' pictures as tokens and the training probe, drawn from `generator` before the data
+    order, so both roles see the same data from the same seed."""
+    device = torch.device(args.device)
+    held, pictures, source = held_and_mirrors(designs)  # the originals come first
+    args.out.mkdir(parents=True, exist_ok=True)
+    projection = projection_for(args, designs, held)
+    tokens = projection.encode(torch.from_numpy(pictures)).to(device)
+    white = projection.encode(torch.full((1, 3, 3, 3), 255, dtype=torch.uint8))[0, 0].to(device)
+    train_probe = (~held).nonzero().squeeze(1)[torch.randperm(int((~held).sum()), generator=generator)[:200]]
+    return Data.of(designs, held, source, text, train_probe, device, tokens=tokens, white=white)
+
+
+@dataclass(frozen=True)
+class Distillation:
+    """The trained target a draft also learns from (`--distil-from`), at the target's sampling schedule
+    and the --guidance its steps are mixed at."""
+
+    teacher: ContinuousTextToImage
+    sampling: Schedule
+    guidance: float
+    weight: float
+    kl_probe: torch.Tensor  # the held-out designs its evaluations measure
+
+    @classmethod
+    def load(cls, args: argparse.Namespace, held_ids: torch.Tensor) -> Distillation:
+        teacher = load_role(args.distil_from, "target")[0].to(args.device).eval().requires_grad_(False)
+        sampling = Schedule.respaced(teacher.config.sampling_steps)
+        # 200 held-out images: on two CPU cores the target's pass over all 714 takes eight minutes
+        kl_probe = held_ids[torch.randperm(len(held_ids), generator=torch.Generator().manual_seed(4))[:200]]
+        return cls(teacher, sampling, args.guidance, args.distil_weight, kl_probe)
+
+    def loss(self, draft: ContinuousTextToImage, text: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        return distillation_loss(draft, self.teacher, text, tokens, self.sampling, self.guidance)
+
+    def held_out_kl(self, draft: ContinuousTextToImage, data: Data) -> float:
+        """The distillation loss on the probe, at fixed draws (`fixed_draw_mean`)."""
+
+        def loss(batch: slice) -> torch.Tensor:
+            ids = self.kl_probe[batch]
+            return self.loss(draft, data.text[0, ids], data.tokens[ids])
+
+        return fixed_draw_mean(loss, len(self.kl_probe), draft, self.teacher)
+
+
+def build_model(args: argparse.Namespace) -> tuple[ContinuousTextToImage, dict | None]:
+    """The role's network, its weights drawn from the global seed even when --init-from replaces them (so
+    the draws after it are the same), on the device; with the earlier training record it continues."""
+    model, earlier = ContinuousTextToImage(ROLES[args.role]), None
+    if args.init_from:
+        model, summary = load_role(args.init_from, args.role)
+        earlier = summary["training"]
+    return model.to(args.device), earlier
+
+
+def start_run(
+    args: argparse.Namespace, model: torch.nn.Module, optimizer: torch.optim.Optimizer, generator: torch.Generator
+) -> dict:
+    """The run's record (next step, evaluations, earlier minutes): a fresh one, or the checkpoint's it
+    resumes, with the diffusion draws' generators where the checkpoint left them. The resumed command is
+    the same as the first sitting's, with --resume: it rebuilds the same data."""
+    if not args.resume:
+        return {"step": 0, "history": [], "minutes_before": 0.0}
+    run = resumed(args.resume, model, optimizer, generator)
+    torch.set_rng_state(run["torch_rng"])
+    if "cuda_rng" in run:  # on a GPU the diffusion draws come from the device's generator
+        torch.cuda.set_rng_state(run["cuda_rng"], torch.device(args.device))
+    return run
+
+
+class Pace:
+    """With --minutes, the step count set from the pace of steps PACE[0] to PACE[1]: every step before
+    runs at the warm-up's learning rate, which does not depend on the count."""
+
+    def __init__(self, args: argparse.Namespace, started: float):
+        self.minutes, self.started, self.device = args.minutes, started, torch.device(args.device)
+        self.paced_from = 0.0
+
+    def steps(self, step: int, steps: int) -> int:
+        """The step count as it stands before `step`."""
+        if not self.minutes or step not in PACE:
+            return steps
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        if step == PACE[0]:
+            self.paced_from = time.time()
+            return steps
+        pace = (time.time() - self.paced_from) / (PACE[1] - PACE[0])
+        steps = step + max(1, int(0.95 * (self.minutes * 60 - (time.time() - self.started)) / pace))
+        print(f"{pace * 1000:.1f} ms per step: {steps} steps in {self.minutes} minutes", flush=True)
+        return steps
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """What a training step and an evaluation read besides the step: the run's settings, data, networks
+    (the model, and the target with --distil-from), diffusion schedule, optimiser and data generator."""
+
+    args: argparse.Namespace
+    data: Data
+    model: ContinuousTextToImage
+    distillation: Distillation | None
+    schedule: Schedule
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+
+    def training_step(self, step: int, steps: int) -> torch.Tensor:
+        """One optimiser step on a fresh batch (drawn from the data generator; timesteps and noise from the
+        global one), its loss returned; a loss that is not finite stops the run."""
+        args, data, model, device = self.args, self.data, self.model, torch.device(self.args.device)
+        draws = training_draws(data.train_pictures, args.batch_size, self.generator)
+        picture, template, drop, dy, dx = (t.to(device) for t in draws)
+        batch_tokens = shift_tokens(data.tokens[picture], model.config.rows, model.config.cols, dy, dx, data.white)
+        set_learning_rate(self.optimizer, learning_rate(step, steps, args.lr))
+        prompts = data.text[template, data.source[picture]]
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = model.training_loss(prompts, drop, batch_tokens, self.schedule, input_noise=args.input_noise)
+            if self.distillation is not None:
+                loss = loss + self.distillation.weight * self.distillation.loss(model, prompts, batch_tokens)
+        descend(loss, model, self.optimizer)
+        if not math.isfinite(loss.item()):
+            raise SystemExit(f"loss is {loss.item()} at step {step}; stopping")
+        return loss
+
+    def evaluate(self, step: int, loss: torch.Tensor, run: dict, started: float) -> None:
+        """Measure the probes at `step` (and the KL to the target when distilling), print and record it."""
+        data, model = self.data, self.model
+        train_loss = mean_loss(model, data.text[0, data.train_probe], data.tokens[data.train_probe], self.schedule)
+        held_out_loss = mean_loss(model, data.text[0, data.held_ids], data.tokens[data.held_ids], self.schedule)
+        record = evaluation(step, loss, train_loss, held_out_loss, started)
+        if self.distillation is not None:
+            record["held_out_kl_to_target"] = round(self.distillation.held_out_kl(model, data), 4)
+            print(json.dumps({"step": step, "held_out_kl_to_target": record["held_out_kl_to_target"]}), flush=True)
+        record["minutes"] = round(record["minutes"] + run["minutes_before"], 1)
+        run["history"].append(record)
+
+    def checkpoint(self, folder: Path, run: dict, step: int, started: float) -> None:
+        """Write the run after `step`, to be resumed at the next one with every generator where it stands."""
+        state = {"step": step + 1, "history": run["history"], "minutes_before": minutes_so_far(run, started)}
+        state |= {"generator": self.generator.get_state(), "torch_rng": torch.get_rng_state()}
+        device = torch.device(self.args.device)
+        if device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(device)
+        save_checkpoint(folder, self.model, self.optimizer, state)
+
+    def train(self, run: dict, started: float) -> int:
+        """Train from the run's step to the end, evaluating (and checkpointing, with --checkpoints or
+        --resume) every --eval-every steps and at the last; returns the step count, which --minutes sets."""
+        args, pace = self.args, Pace(self.args, started)
+        checkpoints = args.resume or args.checkpoints
+        steps, step = args.steps, run["step"]
+        while step < steps:
+            steps = pace.steps(step, steps)
+            loss = self.training_step(step, steps)
+            if step % args.eval_every == 0 or step == steps - 1:
+                self.evaluate(step, loss, run, started)
+                if checkpoints:
+                    self.checkpoint(checkpoints, run, step, started)
+            step += 1
+        return steps
+
+
+def training_record(
+    args: argparse.Namespace,
+    trainer: Trainer,
+    run: dict,
+    steps: int,
+    earlier: dict | None,
+    threads: int,
+    started: float,
+) -> dict:
+    """How the weights were made: the settings, the data, what the run continued or distilled from, and
+    its evaluations."""
+    designs = trainer.data.designs
+    return {
+        "steps": steps,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "weight_decay": args.weight_decay,
+        "input_noise": args.input_noise,
+        "seed": args.seed,
+        "torch_threads": threads,
+        "device": device_name(torch.device(args.device)),
+        "condition_drop": CONDITION_DROP,
+        "data": {source.name: designs.designs.count(source.name) for source in SOURCES},
+        "captions": len(set(designs.captions)),
+        "training_images": len(trainer.data.train_pictures),
+        "held_out_images": int(trainer.data.held.sum()),
+        "ema": None,
+        "continued_from": earlier,
+        "distilled_from": None
+        if trainer.distillation is None
+        else {"target": str(args.distil_from), "weight": args.distil_weight, "guidance": args.guidance},
+        "minutes": round(minutes_so_far(run, started), 1),
+        "torch": torch.__version__,
+        "history": run["history"],
+    }
+
+
+def write_role(args: argparse.Namespace, model: ContinuousTextToImage, record: dict) -> None:
+    """Write the model's weights (bfloat16) and `<role>.json` (architecture, training record) into --out."""
+    save_file(bfloat16(model.state_dict()), str(args.out / f"{args.role}.safetensors"))
+    summary = {
+        "model": model.config.to_dict(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "training": record,
+    }
+    (args.out / f"{args.role}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"wrote {args.out / args.role}.safetensors in {summary['training']['minutes']} min", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
     started = time.time()
     threads = configure_threads()
     torch.manual_seed(args.seed)  # the diffusion timesteps and noise
     generator = torch.Generator().manual_seed(args.seed)  # the data order, shifts and condition drops
-    device = torch.device(args.device)
-
     designs = build_design_set(args.cache / "designs")
-    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in designs.captions]
-    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(designs.images), -1).to(device)
+    text = prompt_vectors(designs, args.cache, torch.device(args.device))
     if args.prepare:
         print(f"the designs and caption vectors are in {args.cache}", flush=True)
         return
-    held = torch.from_numpy(designs.held_out)
-    pictures, source = mirrored(designs.images, designs.captions)  # the originals come first
-    source = torch.from_numpy(source)
-    args.out.mkdir(parents=True, exist_ok=True)
-    if args.init_from and (args.init_from / "projection.safetensors").exists():  # a model keeps its token space
-        projection = PatchProjection.from_state(load_file(str(args.init_from / "projection.safetensors")))
-    else:
-        projection = PatchProjection.fit(torch.from_numpy(designs.images)[~held])
-    tokens = projection.encode(torch.from_numpy(pictures)).to(device)
-    white = projection.encode(torch.full((1, 3, 3, 3), 255, dtype=torch.uint8))[0, 0].to(device)
-    save_file(projection.state(), str(args.out / "projection.safetensors"))
-
-    train_pictures = (~held[source]).nonzero().squeeze(1)
-    held_ids = held.nonzero().squeeze(1)
-    train_probe = (~held).nonzero().squeeze(1)[torch.randperm(int((~held).sum()), generator=generator)[:200]]
-    source = source.to(device)
-
-    config, earlier = ROLES[args.role], None
-    model = ContinuousTextToImage(config)
-    if args.init_from:
-        model, summary = load_role(args.init_from, args.role)
-        config, earlier = model.config, summary["training"]
-    model.to(device)
-    teacher = None
-    if args.distil_from:
-        teacher = load_role(args.distil_from, "target")[0].to(device).eval().requires_grad_(False)
-        sampling = Schedule.respaced(teacher.config.sampling_steps)
-
-        # 200 held-out images: on two CPU cores the target's pass over all 714 takes eight minutes
-        kl_probe = held_ids[torch.randperm(len(held_ids), generator=torch.Generator().manual_seed(4))[:200]]
-
-        def held_out_kl() -> float:
-            def loss(batch: slice) -> torch.Tensor:
-                return distillation_loss(
-                    model, teacher, text[0, kl_probe[batch]], tokens[kl_probe[batch]], sampling, args.guidance
-                )
-
-            return fixed_draw_mean(loss, len(kl_probe), model, teacher)
-
-    schedule = Schedule.respaced(TRAINING_STEPS)
+    data = prepare_data(args, designs, text, generator)
+    model, earlier = build_model(args)
+    distillation = Distillation.load(args, data.held_ids) if args.distil_from else None
     params = sum(p.numel() for p in model.parameters())
-    print(f"{args.role}: {params / 1e6:.2f}M parameters, {len(train_pictures)} training images", flush=True)
+    print(f"{args.role}: {params / 1e6:.2f}M parameters, {len(data.train_pictures)} training images", flush=True)
     optimizer = adamw(model, args.lr, args.weight_decay)
-    checkpoints = args.resume or args.checkpoints
-    run = {"step": 0, "history": [], "minutes_before": 0.0}
-    if args.resume:  # the same command as the first sitting, with --resume: it rebuilds the same data
-        run = load_checkpoint(args.resume, model, optimizer)
-        generator.set_state(run["generator"])
-        torch.set_rng_state(run["torch_rng"])
-        if "cuda_rng" in run:  # on a GPU the diffusion draws come from the device's generator
-            torch.cuda.set_rng_state(run["cuda_rng"], device)
-        print(f"resumed at step {run['step']} from {args.resume}", flush=True)
-    history = run["history"]
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-    steps, step = args.steps, run["step"]
-    while step < steps:
-        if args.minutes and step in PACE:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if step == PACE[0]:
-                paced_from = time.time()
-            else:  # every step so far ran at the warm-up's learning rate, which does not depend on the count
-                pace = (time.time() - paced_from) / (PACE[1] - PACE[0])
-                steps = step + max(1, int(0.95 * (args.minutes * 60 - (time.time() - started)) / pace))
-                print(f"{pace * 1000:.1f} ms per step: {steps} steps in {args.minutes} minutes", flush=True)
-        draws = training_draws(train_pictures, args.batch_size, generator)
-        picture, template, drop, dy, dx = (t.to(device) for t in draws)
-        batch_tokens = shift_tokens(tokens[picture], config.rows, config.cols, dy, dx, white)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, steps, args.lr)
-        with autocast:
-            loss = model.training_loss(
-                text[template, source[picture]], drop, batch_tokens, schedule, input_noise=args.input_noise
-            )
-            if teacher is not None:
-                kl = distillation_loss(
-                    model, teacher, text[template, source[picture]], batch_tokens, sampling, args.guidance
-                )
-                loss = loss + args.distil_weight * kl
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if not math.isfinite(loss.item()):
-            raise SystemExit(f"loss is {loss.item()} at step {step}; stopping")
-        if step % args.eval_every == 0 or step == steps - 1:
-            train_loss = mean_loss(model, text[0, train_probe], tokens[train_probe], schedule)
-            held_out_loss = mean_loss(model, text[0, held_ids], tokens[held_ids], schedule)
-            record = evaluation(step, loss, train_loss, held_out_loss, started)
-            if teacher is not None:
-                record["held_out_kl_to_target"] = round(held_out_kl(), 4)
-                print(
-                    json.dumps({"step": step, "held_out_kl_to_target": record["held_out_kl_to_target"]}),
-                    flush=True,
-                )
-            record["minutes"] = round(record["minutes"] + run["minutes_before"], 1)
-            history.append(record)
-            if checkpoints:
-                minutes = run["minutes_before"] + (time.time() - started) / 60
-                state = {"step": step + 1, "history": history, "minutes_before": minutes}
-                state |= {"generator": generator.get_state(), "torch_rng": torch.get_rng_state()}
-                if device.type == "cuda":
-                    state["cuda_rng"] = torch.cuda.get_rng_state(device)
-                save_checkpoint(checkpoints, model, optimizer, state)
-        step += 1
-
-    save_file(bfloat16(model.state_dict()), str(args.out / f"{args.role}.safetensors"))
-    summary = {
-        "model": config.to_dict(),
-        "parameters": params,
-        "training": {
-            "steps": steps,
-            "batch_size": args.batch_size,
-            "lr": args.lr,
-            "weight_decay": args.weight_decay,
-            "input_noise": args.input_noise,
-            "seed": args.seed,
-            "torch_threads": threads,
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "condition_drop": CONDITION_DROP,
-            "data": {source.name: designs.designs.count(source.name) for source in SOURCES},
-            "captions": len(set(designs.captions)),
-            "training_images": len(train_pictures),
-            "held_out_images": int(held.sum()),
-            "ema": None,
-            "continued_from": earlier,
-            "distilled_from": None
-            if teacher is None
-            else {"target": str(args.distil_from), "weight": args.distil_weight, "guidance": args.guidance},
-            "minutes": round(run["minutes_before"] + (time.time() - started) / 60, 1),
-            "torch": torch.__version__,
-            "history": history,
-        },
-    }
-    (args.out / f"{args.role}.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"wrote {args.out / args.role}.safetensors in {summary['training']['minutes']} min", flush=True)
+    trainer = Trainer(args, data, model, distillation, Schedule.respaced(TRAINING_STEPS), optimizer, generator)
+    run = start_run(args, model, optimizer, generator)
+    steps = trainer.train(run, started)
+    write_role(args, model, training_record(args, trainer, run, steps, earlier, threads, started))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,10 +36,13 @@ from specviz.models.tiny.tokenizer import patchify, sample_codes
 from specviz.training.tiny import (
     CAPTION_TEMPLATES,
     TEXTURE_TAU,
-    caption_vectors,
+    descend,
+    device_name,
+    held_and_mirrors,
     learning_rate,
-    mirrored,
+    prompt_vectors,
     random_shifts,
+    set_learning_rate,
 )
 
 
@@ -70,7 +74,10 @@ def head_losses(
     return feature_loss, token_loss, agreement
 
 
-def main(argv: list[str] | None = None) -> None:
+AUTOCAST = True  # bf16 matrix products: tensor cores on a GPU, AMX or AVX-512 on a recent CPU
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--weights",
@@ -88,7 +95,118 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--cache", type=Path, default=Path(".cache"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+@dataclass(frozen=True)
+class Data:
+    """What the head's training reads, on the device: tiny's own training data (`specviz.training.tiny`),
+    quantised at the tau tiny's config.json records, and a fixed draw of 64 held-out images' codes."""
+
+    source: torch.Tensor  # per picture (design or mirror): the design it shows, on the CPU
+    patches: torch.Tensor  # uint8 (pictures, 256, 27): each batch's codes are drawn afresh from them
+    tau: float
+    text: torch.Tensor  # `prompt_vectors`
+    white: int  # the code of a white patch, which fills what a shift uncovers
+    train_pictures: torch.Tensor
+    held_ids: torch.Tensor  # the held-out designs the evaluations measure
+    held_tokens: torch.Tensor  # their codes
+
+
+def prepare_data(args: argparse.Namespace, model: TinyModel, generator: torch.Generator) -> Data:
+    """The data, the held-out probe drawn from `generator` before the data order."""
+    device = torch.device(args.device)
+    designs = build_design_set(args.cache / "designs")
+    held, pictures, source = held_and_mirrors(designs)
+    patches = patchify(torch.from_numpy(pictures)).to(device)
+    summary = json.loads((args.weights / "config.json").read_text())
+    tau = summary.get("tokenizer", {}).get("texture_tau", TEXTURE_TAU)
+    text = prompt_vectors(designs, args.cache, device)
+    white = int(model.tokenizer.encode(torch.full((1, 3, 3, 3), 255, dtype=torch.uint8, device=device))[0, 0])
+    held_ids = held.nonzero().squeeze(1)[torch.randperm(int(held.sum()), generator=generator)[:64]]
+    codebook = model.tokenizer.codebook
+    held_tokens = sample_codes(patches[held_ids].float() / 255.0, codebook, tau, torch.Generator().manual_seed(1))
+    train_pictures = (~held[source]).nonzero().squeeze(1)
+    return Data(source, patches, tau, text, white, train_pictures, held_ids, held_tokens)
+
+
+def training_step(
+    args: argparse.Namespace,
+    data: Data,
+    model: TinyModel,
+    head: DraftHead,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, ...]:
+    """One optimiser step of the head on tiny's features of a fresh batch (its images, templates and
+    shifts, then its codes, then the noise on the features, drawn from `generator` in that order);
+    returns the loss, the feature loss, the token loss and the top-1 agreement."""
+    device = torch.device(args.device)
+    pictures = data.train_pictures
+    picture = pictures[torch.randint(len(pictures), (args.batch_size,), generator=generator)]
+    template = torch.randint(len(CAPTION_TEMPLATES), (args.batch_size,), generator=generator)
+    dy, dx = random_shifts(args.batch_size, generator)
+    emoji_of = data.source[picture]
+    picture, emoji_of, template, dy, dx = (t.to(device) for t in (picture, emoji_of, template, dy, dx))
+    codes = sample_codes(data.patches[picture].float() / 255.0, model.tokenizer.codebook, data.tau, generator)
+    config = model.network.config
+    batch_tokens = shift_tokens(codes, config.rows, config.cols, dy, dx, data.white)
+    with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=AUTOCAST):
+        features = target_features(model, data.text[template, emoji_of], batch_tokens)
+    set_learning_rate(optimizer, learning_rate(step, args.steps, args.lr))
+    with torch.autocast(device.type, torch.bfloat16, enabled=AUTOCAST):
+        losses = head_losses(head, features, batch_tokens.repeat(2, 1), args.noise, generator)
+        loss = losses[0] + args.cls_weight * losses[1]
+    descend(loss, head, optimizer)
+    return loss, *losses
+
+
+def evaluation(
+    data: Data, model: TinyModel, head: DraftHead, step: int, losses: tuple[torch.Tensor, ...], started: float
+) -> dict:
+    """One evaluation's record, printed as a JSON line: the step's losses and agreement, and the head's
+    token loss and agreement with tiny on the held-out probe."""
+    device = data.patches.device
+    _, feature_loss, token_loss, agreement = losses
+    with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=AUTOCAST):
+        head.eval()
+        held_features = target_features(model, data.text[0, data.source[data.held_ids].to(device)], data.held_tokens)
+        held_losses = head_losses(head, held_features, data.held_tokens.repeat(2, 1), 0.0, None)
+        head.train()
+    record = {
+        "step": step,
+        "feature_loss": round(feature_loss.item(), 4),
+        "token_loss": round(token_loss.item(), 4),
+        "train_top1": round(agreement.item(), 4),
+        "held_out_token_loss": round(held_losses[1].item(), 4),
+        "held_out_top1": round(held_losses[2].item(), 4),
+        "minutes": round((time.time() - started) / 60, 1),
+    }
+    print(json.dumps(record), flush=True)
+    return record
+
+
+def training_record(args: argparse.Namespace, data: Data, threads: int, history: list[dict], started: float) -> dict:
+    """How the head was made, written into head.json: the settings and the evaluations."""
+    return {
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "noise": args.noise,
+        "cls_weight": args.cls_weight,
+        "seed": args.seed,
+        "device": device_name(torch.device(args.device)),
+        "torch_threads": threads,
+        "held_out_images": len(data.held_ids),
+        "texture_tau": data.tau,
+        "minutes": round((time.time() - started) / 60, 1),
+        "history": history,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
     started = time.time()
     threads = configure_threads()
     torch.manual_seed(args.seed)
@@ -97,84 +215,17 @@ def main(argv: list[str] | None = None) -> None:
     model = TinyModel.load(args.weights, device=args.device)
     net = model.network
     head = DraftHead.sized_for(net.lm.config, net.lm.get_input_embeddings(), net.lm.lm_head).to(device)
-
-    designs = build_design_set(args.cache / "designs")
-    held = torch.from_numpy(designs.held_out)
-    pictures, source = mirrored(designs.images, designs.captions)
-    source = torch.from_numpy(source)
-    patches = patchify(torch.from_numpy(pictures)).to(device)  # uint8: each batch's codes are drawn afresh
-    codebook = model.tokenizer.codebook
-    summary = json.loads((args.weights / "config.json").read_text())
-    tau = summary.get("tokenizer", {}).get("texture_tau", TEXTURE_TAU)
-    captions = [template.format(c) for template in CAPTION_TEMPLATES for c in designs.captions]
-    text = caption_vectors(captions, args.cache).view(len(CAPTION_TEMPLATES), len(designs.images), -1).to(device)
-    white = int(model.tokenizer.encode(torch.full((1, 3, 3, 3), 255, dtype=torch.uint8, device=device))[0, 0])
-    train_pictures = (~held[source]).nonzero().squeeze(1)
-    held_ids = held.nonzero().squeeze(1)[torch.randperm(int(held.sum()), generator=generator)[:64]]
-    held_tokens = sample_codes(patches[held_ids].float() / 255.0, codebook, tau, torch.Generator().manual_seed(1))
-    rows, cols = net.config.rows, net.config.cols
+    data = prepare_data(args, model, generator)
     print(f"head: {sum(p.numel() for p in head.parameters()) / 1e6:.2f}M parameters on {device}", flush=True)
-
     optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    autocast = True  # bf16 matrix products: tensor cores on a GPU, AMX or AVX-512 on a recent CPU
     history = []
     for step in range(args.steps):
-        picture = train_pictures[torch.randint(len(train_pictures), (args.batch_size,), generator=generator)]
-        template = torch.randint(len(CAPTION_TEMPLATES), (args.batch_size,), generator=generator)
-        dy, dx = random_shifts(args.batch_size, generator)
-        emoji_of = source[picture]
-        picture, emoji_of, template, dy, dx = (t.to(device) for t in (picture, emoji_of, template, dy, dx))
-        codes = sample_codes(patches[picture].float() / 255.0, codebook, tau, generator)
-        batch_tokens = shift_tokens(codes, rows, cols, dy, dx, white)
-        with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=autocast):
-            features = target_features(model, text[template, emoji_of], batch_tokens)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr)
-        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
-            feature_loss, token_loss, agreement = head_losses(
-                head, features, batch_tokens.repeat(2, 1), args.noise, generator
-            )
-            loss = feature_loss + args.cls_weight * token_loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        losses = training_step(args, data, model, head, optimizer, step, generator)
         if step % args.eval_every == 0 or step == args.steps - 1:
-            with torch.no_grad(), torch.autocast(device.type, torch.bfloat16, enabled=autocast):
-                head.eval()
-                held_features = target_features(model, text[0, source[held_ids].to(device)], held_tokens)
-                held_losses = head_losses(head, held_features, held_tokens.repeat(2, 1), 0.0, None)
-                head.train()
-            record = {
-                "step": step,
-                "feature_loss": round(feature_loss.item(), 4),
-                "token_loss": round(token_loss.item(), 4),
-                "train_top1": round(agreement.item(), 4),
-                "held_out_token_loss": round(held_losses[1].item(), 4),
-                "held_out_top1": round(held_losses[2].item(), 4),
-                "minutes": round((time.time() - started) / 60, 1),
-            }
-            history.append(record)
-            print(json.dumps(record), flush=True)
-            if not math.isfinite(loss.item()):
+            history.append(evaluation(data, model, head, step, losses, started))
+            if not math.isfinite(losses[0].item()):
                 raise SystemExit("the loss diverged; try a smaller --lr")
-    head.eval().save(
-        args.out or args.weights,
-        training={
-            "steps": args.steps,
-            "batch_size": args.batch_size,
-            "lr": args.lr,
-            "noise": args.noise,
-            "cls_weight": args.cls_weight,
-            "seed": args.seed,
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "torch_threads": threads,
-            "held_out_images": len(held_ids),
-            "texture_tau": tau,
-            "minutes": round((time.time() - started) / 60, 1),
-            "history": history,
-        },
-    )
+    head.eval().save(args.out or args.weights, training=training_record(args, data, threads, history, started))
     print(f"wrote {args.out or args.weights} in {(time.time() - started) / 60:.1f} min", flush=True)
 
 
