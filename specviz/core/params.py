@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Self, get_type_hints
 
 from specviz.core.inputs import brief
@@ -388,6 +388,11 @@ class SpeculativeParameters(Parameters):
         "time that happens is counted in the trace", "Resampling tries cap",
         low=1, high=100_000,
     )  # fmt: skip
+
+    def prefill_switched(self) -> SpeculativeParameters:
+        """The run beside this one in the CSpD paper's figure 11: pre-filling off where it was on, the
+        paper's share where it was off."""
+        return replace(self, prefill=0.0 if self.prefill > 0 else type(self)().prefill)
 
 
 def all_fields(classes: list[type[Parameters]]) -> dict[str, tuple[type, Spec]]:

@@ -22,6 +22,7 @@ from specviz.ui.errors import user_errors
 from specviz.ui.loading import decoder_for, get_model, gpu_seconds, gpu_work
 from specviz.ui.outputs import Outputs
 from specviz.ui.pictures import DISPLAY_SIZE, picture
+from specviz.viz.continuous import prefill_label
 
 PLAY_INTERVAL = 0.4  # seconds per iteration when playing back
 # left and right arrows step the Inspect slider (not while typing in a field)
@@ -206,8 +207,7 @@ def contrast_picture(runs: dict) -> dict:
     if decoder is None:
         return gr.update(value=None, visible=False)
     second = contrast[0]
-    prefill = second.params.get("prefill")
-    label = f"{second.method}, pre-fill {prefill:.0%}: its image" if isinstance(prefill, float) else second.method
+    label = prefill_label(second) + (": its image" if isinstance(second.parameters, SpeculativeParameters) else "")
     tokens = metrics.tokens_through(second, len(second.iterations) - 1)
     image = picture(decoder, tokens, f"{label} (seed {second.seed})", second.geometry.order)
     return gr.update(value=image, visible=True, label=label)
@@ -227,10 +227,8 @@ def no_ar_figure(trace: Trace, dark: bool, large: bool) -> go.Figure:
 def contrast_params(trace: Trace) -> dict | None:
     """A continuous run's parameters with token pre-filling switched (off where it was on, the paper's
     5% where it was off): the second run of the paper's figure 11; None for a run without pre-filling."""
-    prefill = trace.params.get("prefill")
-    if not trace.continuous or not isinstance(prefill, float):
-        return None
-    return {**trace.params, "prefill": 0.0 if prefill > 0 else SpeculativeParameters().prefill}
+    params = trace.parameters
+    return params.prefill_switched().to_dict() if isinstance(params, SpeculativeParameters) else None
 
 
 def contrast_label(runs: dict) -> dict:

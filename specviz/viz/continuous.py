@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from specviz.core.params import SpeculativeParameters
 from specviz.metrics import draft_acceptance, iteration_at, on_grid
 from specviz.trace import Trace
 from specviz.viz.figures import WIDE_HEIGHT, WIDE_TITLE, _finish, message_figure
@@ -320,8 +321,7 @@ def acceptance_by_step_figure(traces: list[Trace], dark: bool = False, large: bo
     fig = go.Figure()
     for index, trace in enumerate(runs):
         starts, rates = acceptance_by_step(trace)
-        prefill = trace.params.get("prefill")
-        label = f"{trace.method}, pre-fill {prefill:.0%}" if isinstance(prefill, float) else trace.method
+        label = prefill_label(trace)
         alpha = draft_acceptance(trace.iterations)  # the run's whole acceptance, as the paper's tables give it
         label += "" if alpha is None else f": alpha {alpha:.2f}"
         fig.add_trace(
@@ -334,3 +334,12 @@ def acceptance_by_step_figure(traces: list[Trace], dark: bool = False, large: bo
     fig.update_yaxes(title="tested drafts accepted", range=[0, 1.02], tickformat=".0%")
     fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
     return _finish(fig, title, 420, dark, large)
+
+
+def prefill_label(trace: Trace) -> str:
+    """The run's method, with its pre-filled share where it pre-fills (the CSpD paper's figure 11 sets two
+    runs side by side that differ only in it)."""
+    params = trace.parameters
+    if not isinstance(params, SpeculativeParameters):
+        return trace.method
+    return f"{trace.method}, pre-fill {params.prefill:.0%}"

@@ -60,7 +60,7 @@ def progress_map(trace: Trace, dark: bool = False) -> tuple[str, Image.Image]:
         title = f"depth at which each token was accepted (purple 1 to yellow {top:.0f}; grey: drawn by the model)"
     elif trace.kind == "rows":  # ZipAR: at most one row in flight per window size of a row's width
         values = acceptance_maps(trace)["run_length"].ravel()
-        top = float(min(g.rows, math.ceil(g.cols / trace.params["window_size"])))
+        top = float(min(g.rows, math.ceil(g.cols / trace.parameters.window_size)))
         title = f"rows in flight when each cell was drawn (navy 1 to yellow {top:.0f})"
     else:
         values = acceptance_maps(trace)["run_length"].ravel()
