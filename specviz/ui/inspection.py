@@ -140,26 +140,7 @@ def iteration_views(runs: dict, j: int, large: bool, dark: bool, wide: bool = Fa
     tokens = metrics.tokens_through(trace, j)
     caption = f"{trace.method}: {len(tokens)} tokens after iteration {j}"
     image = picture(decoder, tokens, caption, trace.geometry.order) if decoder else None
-    trees = metrics.has_trees(trace)
-    if trace.continuous:
-        view = viz.ratio_bars_figure(trace, j, dark=dark, large=large, wide=wide)
-        paths = gr.update(
-            value=viz.trajectory_figure(trace, j, dark=dark, large=large),
-            visible=True,
-            label=CONTINUOUS_LABELS["paths"],
-        )
-        window = gr.update(value=view, label=CONTINUOUS_LABELS["iteration"])
-        return {"window_plot": window, "iteration_image": image, "depth_plot": paths}
-    if trees:
-        view = viz.tree_figure(trace, j, dark=dark, large=large, wide=wide)
-        depths = gr.update(
-            value=viz.depth_map_figure(trace, j, dark=dark, large=large), visible=True, label="Draft-tree depth map"
-        )
-    else:
-        view = viz.window_figure(trace, j, dark=dark, large=large, wide=wide)
-        depths = gr.update(value=None, visible=False)
-    window = gr.update(value=view, label=ITERATION_LABELS[trees])
-    return {"window_plot": window, "iteration_image": image, "depth_plot": depths}
+    return {"iteration_image": image, **views_of(trace).iteration(trace, j, dark, large, wide)}
 
 
 def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> dict[str, object]:
@@ -168,35 +149,98 @@ def overview_figures(runs: dict, kind: str, large: bool, dark: bool) -> dict[str
     continuous run's contrast image (`contrast_picture`)."""
     trace, ar = runs["trace"], runs.get("ar")
     versus = viz.race_figure(trace, ar, dark=dark, large=large) if ar is not None else no_ar_figure(trace, dark, large)
-    if trace.continuous:
-        return {
-            "map_plot": gr.update(
-                value=viz.token_source_figure(trace, dark=dark, large=large), label=CONTINUOUS_LABELS["sources"]
-            ),
-            "length_plot": gr.update(
-                value=viz.accepted_length_figure(trace, dark=dark, large=large), label="Accepted per pass"
-            ),
-            "changed_plot": gr.update(
-                value=viz.acceptance_by_step_figure([trace, *runs.get("contrast", [])], dark=dark, large=large),
-                visible=True,
-                label=CONTINUOUS_LABELS["by_step"],
-            ),
-            "race_plot": versus,
-            "shape_plot": gr.update(value=None, visible=False),
-            "contrast_image": contrast_picture(runs),
-        }
-    trees = metrics.has_trees(trace)
-    length = (viz.tau_figure if trees else viz.accepted_length_figure)(trace, dark=dark, large=large)
-    changed = None if trees else viz.changed_figure(trace, dark=dark, large=large)
-    shapes = viz.tree_shape_figure(trace, dark=dark, large=large) if trees else None
+    return {"race_plot": versus, **views_of(trace).overview(runs, kind, dark, large)}
+
+
+def _window_iteration(trace: Trace, j: int, dark: bool, large: bool, wide: bool) -> dict[str, object]:
+    view = viz.window_figure(trace, j, dark=dark, large=large, wide=wide)
+    return {
+        "window_plot": gr.update(value=view, label=ITERATION_LABELS[False]),
+        "depth_plot": gr.update(value=None, visible=False),
+    }
+
+
+def _tree_iteration(trace: Trace, j: int, dark: bool, large: bool, wide: bool) -> dict[str, object]:
+    view = viz.tree_figure(trace, j, dark=dark, large=large, wide=wide)
+    depths = viz.depth_map_figure(trace, j, dark=dark, large=large)
+    return {
+        "window_plot": gr.update(value=view, label=ITERATION_LABELS[True]),
+        "depth_plot": gr.update(value=depths, visible=True, label="Draft-tree depth map"),
+    }
+
+
+def _continuous_iteration(trace: Trace, j: int, dark: bool, large: bool, wide: bool) -> dict[str, object]:
+    view = viz.ratio_bars_figure(trace, j, dark=dark, large=large, wide=wide)
+    paths = viz.trajectory_figure(trace, j, dark=dark, large=large)
+    return {
+        "window_plot": gr.update(value=view, label=CONTINUOUS_LABELS["iteration"]),
+        "depth_plot": gr.update(value=paths, visible=True, label=CONTINUOUS_LABELS["paths"]),
+    }
+
+
+def _window_overview(runs: dict, kind: str, dark: bool, large: bool) -> dict[str, object]:
+    trace = runs["trace"]
     return {
         "map_plot": gr.update(value=viz.acceptance_map_figure(trace, kind, dark=dark, large=large), label=MAP_LABEL),
-        "length_plot": gr.update(value=length, label="Tau per tree pass" if trees else "Accepted length per iteration"),
-        "changed_plot": gr.update(value=changed, visible=not trees, label="Drafts changed per iteration"),
-        "race_plot": versus,
-        "shape_plot": gr.update(value=shapes, visible=trees),
+        "length_plot": gr.update(
+            value=viz.accepted_length_figure(trace, dark=dark, large=large), label="Accepted length per iteration"
+        ),
+        "changed_plot": gr.update(
+            value=viz.changed_figure(trace, dark=dark, large=large), visible=True, label="Drafts changed per iteration"
+        ),
+        "shape_plot": gr.update(value=None, visible=False),
         "contrast_image": gr.update(value=None, visible=False),
     }
+
+
+def _tree_overview(runs: dict, kind: str, dark: bool, large: bool) -> dict[str, object]:
+    trace = runs["trace"]
+    return {
+        "map_plot": gr.update(value=viz.acceptance_map_figure(trace, kind, dark=dark, large=large), label=MAP_LABEL),
+        "length_plot": gr.update(value=viz.tau_figure(trace, dark=dark, large=large), label="Tau per tree pass"),
+        "changed_plot": gr.update(value=None, visible=False, label="Drafts changed per iteration"),
+        "shape_plot": gr.update(value=viz.tree_shape_figure(trace, dark=dark, large=large), visible=True),
+        "contrast_image": gr.update(value=None, visible=False),
+    }
+
+
+def _continuous_overview(runs: dict, kind: str, dark: bool, large: bool) -> dict[str, object]:
+    trace = runs["trace"]
+    return {
+        "map_plot": gr.update(
+            value=viz.token_source_figure(trace, dark=dark, large=large), label=CONTINUOUS_LABELS["sources"]
+        ),
+        "length_plot": gr.update(
+            value=viz.accepted_length_figure(trace, dark=dark, large=large), label="Accepted per pass"
+        ),
+        "changed_plot": gr.update(
+            value=viz.acceptance_by_step_figure([trace, *runs.get("contrast", [])], dark=dark, large=large),
+            visible=True,
+            label=CONTINUOUS_LABELS["by_step"],
+        ),
+        "shape_plot": gr.update(value=None, visible=False),
+        "contrast_image": contrast_picture(runs),
+    }
+
+
+@dataclass(frozen=True)
+class RunViews:
+    """What Inspect draws for one kind of run: the views of an iteration and those of the whole run."""
+
+    iteration: Callable[[Trace, int, bool, bool, bool], dict[str, object]]
+    overview: Callable[[dict, str, bool, bool], dict[str, object]]
+
+
+WINDOW_VIEWS = RunViews(_window_iteration, _window_overview)
+# by the kind of pass a run verified; a run of single tokens (AR) or of rows (ZipAR) is drawn on the window's grid
+VIEWS = {
+    "tree": RunViews(_tree_iteration, _tree_overview),
+    "continuous": RunViews(_continuous_iteration, _continuous_overview),
+}
+
+
+def views_of(trace: Trace) -> RunViews:
+    return VIEWS.get(trace.kind, WINDOW_VIEWS)
 
 
 def contrast_picture(runs: dict) -> dict:
