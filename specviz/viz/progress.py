@@ -13,7 +13,7 @@ import matplotlib
 import numpy as np
 from PIL import Image, ImageColor
 
-from specviz.metrics import DRAWN_DEPTH, acceptance_maps, cell_of_position, depth_map, has_trees, window_size
+from specviz.metrics import DRAWN_DEPTH, acceptance_maps, cell_of_position, depth_map, window_size
 from specviz.trace import Trace
 from specviz.viz.continuous import SOURCES, token_sources
 from specviz.viz.palette import colors
@@ -47,29 +47,48 @@ def progress_map(trace: Trace, dark: bool = False) -> tuple[str, Image.Image]:
     palette = colors(dark)
     rgb = np.empty((g.rows * g.cols, 3), np.uint8)
     rgb[:] = ImageColor.getrgb(palette["pending"])
-    if trace.continuous:
-        sources = token_sources(trace)
-        for cell, source in zip(cell_of_position(trace), sources, strict=True):
-            if cell >= 0 and source != "pending":
-                colour = SOURCES[source][1]
-                rgb[cell] = ImageColor.getrgb(colour if colour.startswith("#") else palette[colour])
-        return sources_key(set(sources)), Image.fromarray(rgb.reshape(g.rows, g.cols, 3))
-    if has_trees(trace):
-        values = depth_map(trace).ravel()
-        top = max(float(np.nanmax(values, initial=1.0)), 1.0)
-        title = f"depth at which each token was accepted (purple 1 to yellow {top:.0f}; grey: drawn by the model)"
-    elif trace.kind == "rows":  # ZipAR: at most one row in flight per window size of a row's width
-        values = acceptance_maps(trace)["run_length"].ravel()
-        top = float(min(g.rows, math.ceil(g.cols / trace.parameters.window_size)))
-        title = f"rows in flight when each cell was drawn (navy 1 to yellow {top:.0f})"
-    else:
-        values = acceptance_maps(trace)["run_length"].ravel()
-        top = float(window_size(trace) + 1)
-        title = f"accepted run length of each cell (navy 1 to yellow {top:.0f})"
+    title = PROGRESS_MAPS.get(trace.kind, _run_length_map)(trace, rgb, palette)
+    return title, Image.fromarray(rgb.reshape(g.rows, g.cols, 3))
+
+
+def _sources_map(trace: Trace, rgb: np.ndarray, palette: dict) -> str:
+    """A continuous run: each cell in the colour of where its token came from."""
+    sources = token_sources(trace)
+    for cell, source in zip(cell_of_position(trace), sources, strict=True):
+        if cell >= 0 and source != "pending":
+            colour = SOURCES[source][1]
+            rgb[cell] = ImageColor.getrgb(colour if colour.startswith("#") else palette[colour])
+    return sources_key(set(sources))
+
+
+def _depth_map(trace: Trace, rgb: np.ndarray, palette: dict) -> str:
+    values = depth_map(trace).ravel()
+    top = max(float(np.nanmax(values, initial=1.0)), 1.0)
+    _paint(rgb, values, top, COLORMAPS[True])
+    rgb[~np.isnan(values) & (values == DRAWN_DEPTH)] = ImageColor.getrgb(palette["committed"])
+    return f"depth at which each token was accepted (purple 1 to yellow {top:.0f}; grey: drawn by the model)"
+
+
+def _rows_map(trace: Trace, rgb: np.ndarray, palette: dict) -> str:
+    """ZipAR: at most one row in flight per window size of a row's width."""
+    g = trace.geometry
+    top = float(min(g.rows, math.ceil(g.cols / trace.parameters.window_size)))
+    _paint(rgb, acceptance_maps(trace)["run_length"].ravel(), top, COLORMAPS[False])
+    return f"rows in flight when each cell was drawn (navy 1 to yellow {top:.0f})"
+
+
+def _run_length_map(trace: Trace, rgb: np.ndarray, palette: dict) -> str:
+    top = float(window_size(trace) + 1)
+    _paint(rgb, acceptance_maps(trace)["run_length"].ravel(), top, COLORMAPS[False])
+    return f"accepted run length of each cell (navy 1 to yellow {top:.0f})"
+
+
+def _paint(rgb: np.ndarray, values: np.ndarray, top: float, colormap: str) -> None:
+    """Colour the committed cells (the others are NaN) by their value on a scale of 1 to `top`."""
     done = ~np.isnan(values)
     scaled = np.clip((values[done] - 1) / max(top - 1, 1.0), 0.0, 1.0)
-    colormap = matplotlib.colormaps[COLORMAPS[has_trees(trace)]]
-    rgb[done] = (colormap(scaled)[:, :3] * 255).round().astype(np.uint8)
-    if has_trees(trace):
-        rgb[done & (values == DRAWN_DEPTH)] = ImageColor.getrgb(palette["committed"])
-    return title, Image.fromarray(rgb.reshape(g.rows, g.cols, 3))
+    rgb[done] = (matplotlib.colormaps[colormap](scaled)[:, :3] * 255).round().astype(np.uint8)
+
+
+# the map a kind of run paints (a run of single tokens or of windows: the accepted run length)
+PROGRESS_MAPS = {"continuous": _sources_map, "tree": _depth_map, "rows": _rows_map}
