@@ -4,7 +4,7 @@ a model pass costs on this device, which decides whether fewer passes are faster
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 import gradio as gr
@@ -139,68 +139,91 @@ def cost_seconds(model_name: str, prompt: str) -> int:
     return gpu_seconds(6 * len(SIZES))
 
 
-def wire(tab: CompareTab, controls: Controls, runs: gr.State) -> tuple[Dependency, Callable[[Dependency], Dependency]]:
-    """Compare and the cost panel; returns Compare's event, which Stop cancels, and what chains the pass
-    costs' measurement after another event."""
+class LiveComparison:
+    """A comparison as it runs, as frames keyed by name (plain values: inside a GPU call they cross processes):
+    AR and the selected methods in turns, then (on a CPU) all timed again; its runs so far."""
 
-    @gpu_work(model=lambda request, selected, big, night: request.model, duration=compare_seconds)
-    @user_errors
-    def comparison(request: RunRequest, selected: list[str], big: bool, night: bool) -> Iterator[dict[str, object]]:
-        """AR and the selected methods run in turns, then (on a CPU) all timed again, as the race times its two;
-        frames for the table, chart and note keyed by name (plain values: inside a GPU call they cross
-        processes)."""
-        chosen = get_model(request.model)
-        total = len(selected) + 1
+    def __init__(self, request: RunRequest, selected: list[str]):
+        self.request, self.selected = request, selected
+        self.model = get_model(request.model)
+        self.total = len(selected) + 1
+        self.deadline = Deadline()  # every run and timing round of the comparison within one request's budget
+        self.limits = {"memory": request_memory(self.model), "between_passes": self.deadline.check}
+        self.ar: Trace | None = None
+        self.traces: list[Trace] = []
+        self.abandoned = ""  # why timing again stopped early, said after the caption
 
-        def progress(note: str) -> str:
-            return f"*Comparing AR and {', '.join(selected)}: {note}...*"
+    def progress(self, note: str) -> str:
+        return f"*Comparing AR and {', '.join(self.selected)}: {note}...*"
 
-        deadline = Deadline()  # every run and timing round of the comparison within one request's budget
-        limits = {"memory": request_memory(chosen), "between_passes": deadline.check}
+    def one(self, name: str, params: dict | None = None) -> Trace:
+        """One run of `name` on the comparison's prompt, seed and sampling, within its budget."""
+        work, request = functools.partial(run, **self.limits), self.request
+        return on_compute_thread(work, self.model, name, request.prompt, request.seed, request.sampling, params)
 
-        def one(name: str, params: dict | None = None) -> Trace:
-            return on_compute_thread(
-                functools.partial(run, **limits), chosen, name, request.prompt, request.seed, request.sampling, params
-            )
+    def runs(self) -> Iterator[dict[str, object]]:
+        """AR, then each method in turn: the table grows by a row after each."""
+        yield {"table": [], "plot": None, "note": self.progress(f"0 of {self.total} runs done"), "comparing": True}
+        self.ar = self.one(BASELINE)
+        for name in self.selected:
+            self.traces.append(self.one(name, self.request.params(name)))
+            note = self.progress(f"{len(self.traces) + 1} of {self.total} runs done")
+            yield {"table": compare_rows(self.ar, self.traces)[0], "note": note}
 
-        yield {"table": [], "plot": None, "note": progress(f"0 of {total} runs done"), "comparing": True}
-        ar = one(BASELINE)
-        traces: list[Trace] = []
-        for name in selected:
-            traces.append(one(name, request.params(name)))
-            yield {"table": compare_rows(ar, traces)[0], "note": progress(f"{len(traces) + 1} of {total} runs done")}
-        abandoned = ""
-        if needs_retiming(chosen):
-            wanted = timings_wanted()
-            rounds = retimed(chosen, [ar, *traces], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
-            for timed in each_on_compute_thread(rounds):
-                if not deadline.wanted():  # the visitor left: nobody reads the clocks
-                    return
-                if deadline.left < 0:  # the request's time is up: the clocks of the rounds done stand
-                    abandoned = OUT_OF_TIME
-                    break
-                if timed is None:  # a pass done: Inspect's pictures may take the compute thread now
-                    continue
-                ar, *traces = timed.traces
-                if timed.abandoned:  # a repeat drew other tokens: keep the clocks so far, and say so
-                    abandoned = " Timing again was abandoned: a repeat drew other tokens."
-                    break
-                note = f"timing all {total} runs again with nothing drawing, {timed.done} of {wanted}"
-                yield {"note": progress(note)}
-        table, rows = compare_rows(ar, traces)
-        yield {
+    def timings(self) -> Generator[dict[str, object], None, bool]:
+        """All the runs timed again in turns with nothing drawing, as the race times its two, the note saying how
+        far; returns whether the visitor still waits."""
+        wanted = timings_wanted()
+        rounds = retimed(self.model, [self.ar, *self.traces], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
+        for timed in each_on_compute_thread(rounds):
+            if not self.deadline.wanted():  # the visitor left: nobody reads the clocks
+                return False
+            if self.deadline.left < 0:  # the request's time is up: the clocks of the rounds done stand
+                self.abandoned = OUT_OF_TIME
+                break
+            if timed is None:  # a pass done: Inspect's pictures may take the compute thread now
+                continue
+            self.ar, *self.traces = timed.traces
+            if timed.abandoned:  # a repeat drew other tokens: keep the clocks so far, and say so
+                self.abandoned = " Timing again was abandoned: a repeat drew other tokens."
+                break
+            note = f"timing all {self.total} runs again with nothing drawing, {timed.done} of {wanted}"
+            yield {"note": self.progress(note)}
+        return True
+
+    def result(self, big: bool, night: bool) -> dict[str, object]:
+        """The finished table, its chart and the caption every row shares."""
+        table, rows = compare_rows(self.ar, self.traces)
+        return {
             "table": table,
             "plot": viz.comparison_figure(rows, dark=night, large=big),
-            "note": compare_caption(ar) + abandoned,
+            "note": compare_caption(self.ar) + self.abandoned,
             "comparing": False,
         }
 
-    @gpu_work(model=lambda model_name, prompt: model_name, duration=cost_seconds)
-    @user_errors
-    def measured_costs(model_name: str, prompt: str) -> list[PassCost]:
-        """Passes of 1 to 33 tokens on the chosen model, timed."""
-        return on_compute_thread(pass_costs, get_model(model_name), prompt)
 
+def comparison(request: RunRequest, selected: list[str], big: bool, night: bool) -> Iterator[dict[str, object]]:
+    """AR and the selected methods run in turns, then (on a CPU) all timed again, as the race times its two;
+    frames for the table, chart and note keyed by name (plain values: inside a GPU call they cross
+    processes)."""
+    live = LiveComparison(request, selected)
+    yield from live.runs()
+    if needs_retiming(live.model) and not (yield from live.timings()):
+        return  # the visitor left while the runs were timed again
+    yield live.result(big, night)
+
+
+def measured_costs(model_name: str, prompt: str) -> list[PassCost]:
+    """Passes of 1 to 33 tokens on the chosen model, timed."""
+    return on_compute_thread(pass_costs, get_model(model_name), prompt)
+
+
+def wire_compare(tab: CompareTab, controls: Controls) -> Dependency:
+    """Compare: the selected methods against AR on the side panel's settings; returns its event (Stop cancels it)."""
+    # entered as GPU work where the model sits on a GPU (decorated here, when the page is built)
+    frames = gpu_work(model=lambda request, selected, big, night: request.model, duration=compare_seconds)(
+        user_errors(comparison)
+    )
     shown = Outputs({"table": tab.table, "plot": tab.plot, "note": tab.note, "comparing": tab.comparing})
 
     @user_errors
@@ -211,9 +234,9 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State) -> tuple[Dependenc
             raise SettingsError("choose at least one method to compare")
         request = controls.request(data, method=BASELINE)
         request.check(get_model(request.model), selected)  # refused here, before any work or GPU slot
-        yield from comparison(request, selected, data[controls.large], data[controls.dark])
+        yield from frames(request, selected, data[controls.large], data[controls.dark])
 
-    event = tab.button.click(
+    return tab.button.click(
         compare,
         controls.run_inputs - {controls.method} | {tab.methods, controls.large, controls.dark},
         shown.components,
@@ -222,12 +245,17 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State) -> tuple[Dependenc
         show_progress_on=tab.note,  # the rows arrive one by one; a refusal marks the note, not the table
     )
 
+
+def wire_costs(tab: CompareTab, controls: Controls, runs: gr.State) -> Callable[[Dependency], Dependency]:
+    """The cost panel's button; returns what chains the pass costs' measurement after another event."""
+    costs = gpu_work(model=lambda model_name, prompt: model_name, duration=cost_seconds)(user_errors(measured_costs))
+
     @user_errors
     def measure_costs(model_name: str, text: str, state: dict, big: bool, night: bool):
         """Time passes of 1 to 33 tokens on the chosen model and say what that does to a speedup."""
-        costs = measured_costs(model_name, check_prompt(text))
+        measured = costs(model_name, check_prompt(text))
         compression = metrics.summary(state["trace"])["step_compression"] if state else None  # the last run's
-        return cost_sentence(costs, compression), viz.pass_cost_figure(costs, dark=night, large=big)
+        return cost_sentence(measured, compression), viz.pass_cost_figure(measured, dark=night, large=big)
 
     cost_inputs = [controls.model, controls.prompt, runs, controls.large, controls.dark]
     cost_options = {"concurrency_limit": 1, "concurrency_id": "gpu"}
@@ -237,4 +265,10 @@ def wire(tab: CompareTab, controls: Controls, runs: gr.State) -> tuple[Dependenc
         """Chain the pass costs' measurement after `event` (the race tab's 'why' opens the panel first)."""
         return event.then(measure_costs, cost_inputs, [tab.cost_note, tab.cost_plot], **cost_options)
 
-    return event, measure_after
+    return measure_after
+
+
+def wire(tab: CompareTab, controls: Controls, runs: gr.State) -> tuple[Dependency, Callable[[Dependency], Dependency]]:
+    """Compare and the cost panel; returns Compare's event, which Stop cancels, and what chains the pass
+    costs' measurement after another event."""
+    return wire_compare(tab, controls), wire_costs(tab, controls, runs)

@@ -321,87 +321,118 @@ class InspectTab:
         return Outputs(self.iteration_outputs, self.overview_outputs)
 
 
+def slider_row() -> tuple[gr.Slider, dict]:
+    """The iteration slider and playback; returns the slider, and the playback's buttons by role."""
+    with gr.Row(elem_id="inspect-slider"):
+        iteration = gr.Slider(0, 1, value=0, step=1, precision=0, label="Iteration (arrow keys step)")
+        play = gr.Button("Play", scale=0, size="sm", min_width=60)
+        pause = gr.Button("Pause", scale=0, size="sm", min_width=60)
+        speed = gr.Radio(
+            [("slow", 1.5), ("normal", PLAY_INTERVAL), ("fast", 0.1)],
+            value=PLAY_INTERVAL,
+            label="Playback",
+            scale=0,
+            min_width=220,
+        )
+    return iteration, {"play": play, "pause": pause, "speed": speed}
+
+
+JUMP_LABELS = {"rejection": "Next rejection \u25b6", "long": "Next long run \u25b6", "stall": "Next stall \u25b6"}
+
+
+def step_row() -> dict:
+    """The step and jump buttons by role (the jumps by kind, viz.JUMPS)."""
+    with gr.Row(elem_id="inspect-steps"):
+        step_back = gr.Button("\u25c0", scale=0, size="sm", min_width=40, elem_id="step-back")
+        step_on = gr.Button("\u25b6", scale=0, size="sm", min_width=40, elem_id="step-on")
+        previous_button = gr.Button("\u25c0 Previous acceptance", scale=0, size="sm", min_width=140)
+        next_button = gr.Button("Next acceptance \u25b6", scale=0, size="sm", min_width=140)
+        jumps = {kind: gr.Button(label, scale=0, size="sm", min_width=140) for kind, label in JUMP_LABELS.items()}
+    return {
+        "step_back": step_back,
+        "step_on": step_on,
+        "previous": previous_button,
+        "next": next_button,
+        "jumps": jumps,
+    }
+
+
+def iteration_row() -> dict:
+    """The views of an iteration above the whole run's: its window (or tree, or drafts) and its image."""
+    with gr.Row(elem_id="inspect-views"):
+        window_plot = gr.Plot(label=ITERATION_LABELS[False], elem_id="inspect-window", elem_classes=LABELLED)
+        iteration_image = gr.Image(
+            label="Image at this iteration",
+            height=DISPLAY_SIZE,
+            format="png",
+            elem_classes=["picture"],
+            elem_id="inspect-image",
+        )
+    return {"window_plot": window_plot, "iteration_image": iteration_image}
+
+
+MAP_KINDS = [
+    ("iteration that committed each cell", "iteration"),
+    ("accepted run length", "run_length"),
+    ("times drafted before fixed", "redraws"),
+]
+
+
+def run_views() -> dict:
+    """The map's kind and the views of the whole run (and, under them, the depth map or trajectories that follow
+    the iteration), with the contrast button, by name."""
+    map_kind = gr.Radio(MAP_KINDS, value="run_length", label=MAP_LABEL)
+    with gr.Row():
+        map_plot = gr.Plot(label=MAP_LABEL, elem_classes=LABELLED)
+        race_plot = gr.Plot(label="NFE and latency against AR", elem_classes=LABELLED)
+    with gr.Row():
+        length_plot = gr.Plot(label="Accepted length per iteration", elem_classes=LABELLED)
+        with gr.Column():
+            # window methods; continuous: acceptance by step
+            changed_plot = gr.Plot(label="Drafts changed per iteration", elem_classes=LABELLED)
+            contrast_button = gr.Button(visible=False, size="sm", elem_id="contrast-button")
+            contrast_image = gr.Image(
+                visible=False, height=DISPLAY_SIZE // 2, format="png", buttons=[], elem_id="contrast-image"
+            )
+    with gr.Row():  # two to a row: three leave a 1280 x 720 projector's plots too narrow for their titles
+        # trees; continuous: trajectories
+        depth_plot = gr.Plot(label="Draft-tree depth map", visible=False, elem_classes=LABELLED)
+        # tree methods only
+        shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False, elem_classes=LABELLED)
+    return {
+        "map_kind": map_kind, "map_plot": map_plot, "race_plot": race_plot, "length_plot": length_plot,
+        "changed_plot": changed_plot, "contrast_button": contrast_button, "contrast_image": contrast_image,
+        "depth_plot": depth_plot, "shape_plot": shape_plot,
+    }  # fmt: skip
+
+
+def guides() -> None:
+    """How to read the views, and the glossary, folded."""
+    with gr.Accordion("How to read these views", open=False):
+        gr.Markdown(READING_GUIDE, elem_id="reading-guide")
+    with gr.Accordion("Glossary", open=False):
+        gr.Markdown(viz.GLOSSARY, elem_id="glossary")
+
+
+FOLLOWING = ["window_plot", "iteration_image", "depth_plot"]  # `InspectTab.iteration_outputs`
+OVERVIEW = ["map_plot", "length_plot", "changed_plot", "race_plot", "shape_plot", "contrast_image"]
+
+
 def build() -> tuple[InspectTab, dict]:
     """The tab's components; also returns its buttons by role, for `wire`."""
     with gr.Tab("Inspect", id="inspect"):
-        with gr.Row(elem_id="inspect-slider"):
-            iteration = gr.Slider(0, 1, value=0, step=1, precision=0, label="Iteration (arrow keys step)")
-            play = gr.Button("Play", scale=0, size="sm", min_width=60)
-            pause = gr.Button("Pause", scale=0, size="sm", min_width=60)
-            speed = gr.Radio(
-                [("slow", 1.5), ("normal", PLAY_INTERVAL), ("fast", 0.1)],
-                value=PLAY_INTERVAL,
-                label="Playback",
-                scale=0,
-                min_width=220,
-            )
-        with gr.Row(elem_id="inspect-steps"):
-            step_back = gr.Button("\u25c0", scale=0, size="sm", min_width=40, elem_id="step-back")
-            step_on = gr.Button("\u25b6", scale=0, size="sm", min_width=40, elem_id="step-on")
-            previous_button = gr.Button("\u25c0 Previous acceptance", scale=0, size="sm", min_width=140)
-            next_button = gr.Button("Next acceptance \u25b6", scale=0, size="sm", min_width=140)
-            jump_buttons = {
-                kind: gr.Button(label, scale=0, size="sm", min_width=140)
-                for kind, label in (
-                    ("rejection", "Next rejection \u25b6"),
-                    ("long", "Next long run \u25b6"),
-                    ("stall", "Next stall \u25b6"),
-                )
-            }
+        iteration, playback = slider_row()
+        steps = step_row()
         iteration_note = gr.Markdown(NOTHING_TO_INSPECT, elem_id="iteration-note")  # what this pass did
-        with gr.Row(elem_id="inspect-views"):
-            window_plot = gr.Plot(label=ITERATION_LABELS[False], elem_id="inspect-window", elem_classes=LABELLED)
-            iteration_image = gr.Image(
-                label="Image at this iteration",
-                height=DISPLAY_SIZE,
-                format="png",
-                elem_classes=["picture"],
-                elem_id="inspect-image",
-            )
-        map_kind = gr.Radio(
-            [
-                ("iteration that committed each cell", "iteration"),
-                ("accepted run length", "run_length"),
-                ("times drafted before fixed", "redraws"),
-            ],
-            value="run_length",
-            label=MAP_LABEL,
-        )
-        with gr.Row():
-            map_plot = gr.Plot(label=MAP_LABEL, elem_classes=LABELLED)
-            race_plot = gr.Plot(label="NFE and latency against AR", elem_classes=LABELLED)
-        with gr.Row():
-            length_plot = gr.Plot(label="Accepted length per iteration", elem_classes=LABELLED)
-            with gr.Column():
-                # window methods; continuous: acceptance by step
-                changed_plot = gr.Plot(label="Drafts changed per iteration", elem_classes=LABELLED)
-                contrast_button = gr.Button(visible=False, size="sm", elem_id="contrast-button")
-                contrast_image = gr.Image(
-                    visible=False, height=DISPLAY_SIZE // 2, format="png", buttons=[], elem_id="contrast-image"
-                )
-        with gr.Row():  # two to a row: three leave a 1280 x 720 projector's plots too narrow for their titles
-            # trees; continuous: trajectories
-            depth_plot = gr.Plot(label="Draft-tree depth map", visible=False, elem_classes=LABELLED)
-            # tree methods only
-            shape_plot = gr.Plot(label="Tree depth and top-k per cell", visible=False, elem_classes=LABELLED)
-        with gr.Accordion("How to read these views", open=False):
-            gr.Markdown(READING_GUIDE, elem_id="reading-guide")
-        with gr.Accordion("Glossary", open=False):
-            gr.Markdown(viz.GLOSSARY, elem_id="glossary")
+        views = {**iteration_row(), **run_views()}
+        guides()
     # rendered by the page outside the tab bar (`layout`): playback goes on while another tab is open
     timer = gr.Timer(PLAY_INTERVAL, active=False, render=False)
     loaded = gr.Number(0, visible="hidden", elem_id="runs-loaded", render=False)  # rendered: its change event fires
-    following = Outputs({"window_plot": window_plot, "iteration_image": iteration_image, "depth_plot": depth_plot})
-    overview = Outputs(
-        {"map_plot": map_plot, "length_plot": length_plot, "changed_plot": changed_plot, "race_plot": race_plot,
-         "shape_plot": shape_plot, "contrast_image": contrast_image}
-    )  # fmt: skip
-    tab = InspectTab(iteration, loaded, timer, following, overview, map_kind, contrast_button)
-    buttons = {
-        "play": play, "pause": pause, "speed": speed, "step_back": step_back, "step_on": step_on,
-        "previous": previous_button, "next": next_button, "jumps": jump_buttons, "note": iteration_note,
-    }  # fmt: skip
-    return tab, buttons
+    following = Outputs({name: views[name] for name in FOLLOWING})
+    overview = Outputs({name: views[name] for name in OVERVIEW})
+    tab = InspectTab(iteration, loaded, timer, following, overview, views["map_kind"], views["contrast_button"])
+    return tab, {**playback, **steps, "note": iteration_note}
 
 
 def refresh(state: dict, j: float, kind: str, big: bool, night: bool, wide: bool) -> dict[str, object]:
