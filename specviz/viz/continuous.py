@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from specviz.core.params import SpeculativeParameters
 from specviz.metrics import draft_acceptance, iteration_at, on_grid
-from specviz.trace import Trace
+from specviz.trace import ContinuousRecord, Trace
 from specviz.viz.figures import WIDE_HEIGHT, WIDE_TITLE, _finish, message_figure
 from specviz.viz.palette import OKABE_ITO, colors
 
@@ -137,11 +137,9 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
     (a 1280 x 720 projector, normal type): shorter, so the screen holds it under Inspect's buttons."""
     if not trace.continuous:
         return _not_continuous(trace, "drafts and acceptance ratios", dark, large)
-    it = trace.iterations[j]
-    iteration_at(trace, j)
-    step = it
+    it = iteration_at(trace, j)
     head = f"iteration {j}/{len(trace.iterations) - 1}"
-    if not step.fate:
+    if not it.fate:
         return message_figure(
             f"{head}: no drafts",
             f"The target drew position {it.start} alone ({'pre-filling' if trace.method.startswith('cspd') else 'AR'}):"
@@ -150,28 +148,41 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
             large,
         )
     palette = colors(dark)
-    hover = []
-    for k, fate in enumerate(step.fate):
-        parts = [
-            f"position {it.start + k}",
-            fate,
-            f"log r = {step.log_ratio[k]:.2f}",
-            f"min(1, r) = {step.ratio[k]:.3f}",
-        ]
-        if step.log_sigma is not None:
-            parts.append(f"log Sigma = {step.log_sigma[k]:.2f} (Eq. 4)")
-        if step.uniform[k] is not None:
-            parts.append(f"uniform u = {step.uniform[k]:.3f}")
-        hover.append("<br>".join(parts))
     fig = go.Figure()
-    for fate, name in FATE_NAMES.items():  # one bar trace per fate, so the legend names each colour
-        drafts = [k for k, f in enumerate(step.fate) if f == fate]
+    _draw_draft_ratios(fig, it, palette)
+    _mark_uniforms(fig, it, palette)
+    labelled = len(it.fate) <= LABELLED_DRAFTS
+    _drafts_axes(fig, len(it.fate), it.ratio, labelled, short=large or wide)
+    return _drafts_layout(fig, _drafts_title(it, head, large), labelled, dark, large, wide)
+
+
+def _describe_draft(it: ContinuousRecord, k: int) -> str:
+    """Hover text of draft k of iteration `it`."""
+    parts = [
+        f"position {it.start + k}",
+        it.fate[k],
+        f"log r = {it.log_ratio[k]:.2f}",
+        f"min(1, r) = {it.ratio[k]:.3f}",
+    ]
+    if it.log_sigma is not None:
+        parts.append(f"log Sigma = {it.log_sigma[k]:.2f} (Eq. 4)")
+    if it.uniform[k] is not None:
+        parts.append(f"uniform u = {it.uniform[k]:.3f}")
+    return "<br>".join(parts)
+
+
+def _draw_draft_ratios(fig: go.Figure, it: ContinuousRecord, palette: dict) -> None:
+    """Each draft's min(1, r) as a bar in its fate's colour: one bar trace per fate, so the legend names
+    each colour."""
+    hover = [_describe_draft(it, k) for k in range(len(it.fate))]
+    for fate, name in FATE_NAMES.items():
+        drafts = [k for k, f in enumerate(it.fate) if f == fate]
         if not drafts:
             continue
         fig.add_trace(
             go.Bar(
                 x=drafts,
-                y=[max(step.ratio[k], 0.015) for k in drafts],  # a ratio of 0 still shows a sliver in its colour
+                y=[max(it.ratio[k], 0.015) for k in drafts],  # a ratio of 0 still shows a sliver in its colour
                 marker={
                     "color": palette[FATE_COLOURS[fate]],
                     # a discarded draft was never tested: its ratio hatched, in the colour of cells not decided
@@ -182,42 +193,55 @@ def ratio_bars_figure(trace: Trace, j: int, dark: bool = False, large: bool = Fa
                 name=name,
             )
         )
-    tested = [k for k, u in enumerate(step.uniform) if u is not None]
+
+
+def _mark_uniforms(fig: go.Figure, it: ContinuousRecord, palette: dict) -> None:
+    """The uniform that decided each tested draft, as a tick across its bar."""
+    tested = [k for k, u in enumerate(it.uniform) if u is not None]
     fig.add_trace(
         go.Scatter(
-            x=tested, y=[step.uniform[k] for k in tested], mode="markers", name="uniform u (accept if u <= bar)",
+            x=tested, y=[it.uniform[k] for k in tested], mode="markers", name="uniform u (accept if u <= bar)",
             marker={"symbol": "line-ew-open", "size": 28, "color": palette["outline"], "line": {"width": 3}},
             hoverinfo="skip",
         )
     )  # fmt: skip
-    # each draft's min(1, r) under its bar, where no uniform's tick covers it: a rejected draft's is often
-    # too small to see as a bar (up to 8 drafts; more would run into each other)
-    count = len(step.fate)
-    labelled = count <= LABELLED_DRAFTS
-    ticks = [f"{k}<br>{ratio_label(step.ratio[k])}" if labelled else str(k) for k in range(count)]
+
+
+def _drafts_axes(fig: go.Figure, count: int, ratios: list[float], labelled: bool, short: bool) -> None:
+    """The drafts along x, each `labelled` with its min(1, r) under its bar, where no uniform's tick covers
+    it: a rejected draft's is often too small to see as a bar (up to LABELLED_DRAFTS drafts; more would run
+    into each other). `short`: the ratio axis's short title, as the long one runs into the figure's title
+    on a short or large-type plot."""
+    ticks = [f"{k}<br>{ratio_label(ratios[k])}" if labelled else str(k) for k in range(count)]
     below = "draft (0 = the next position)" + ("<br>and its min(1, r)" if labelled else "")
     fig.update_xaxes(title=below, tickvals=list(range(count)), ticktext=ticks, range=[-0.5, count - 0.5])
-    short = large or wide  # the long title runs into the figure's title on a short or large-type plot
     fig.update_yaxes(title="min(1, r)" if short else "acceptance probability min(1, r)", range=[0, 1.05])
-    fig.update_layout(
-        barmode="overlay",  # one bar per draft, whichever trace it is in
-        # the legend at the figure's foot, one entry a line, under the axis's two lines of ticks and title
-        legend={"yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
-    )
-    # (large type: the tries are left to the sentence under the buttons, the title to three lines)
-    tried = step.tries and not large
-    tries = f", resampled after {step.tries} {'try' if step.tries == 1 else 'tries'}" if tried else ""
-    if step.log_sigma is not None:
+
+
+def _drafts_title(it: ContinuousRecord, head: str, large: bool) -> str:
+    """How many drafts were accepted, after how many tries the rejection was resampled, and the ratio's
+    form (large type: the tries are left to the sentence under the buttons, the title to three lines)."""
+    tried = it.tries and not large
+    tries = f", resampled after {it.tries} {'try' if it.tries == 1 else 'tries'}" if tried else ""
+    if it.log_sigma is not None:
         kind = "r = Σ p/q (Eq. 5)" if large else "cspd: r = Σ p(x0|x1) / q(x0|x1)"
     else:
         kind = "r = p(path) / q(path)"
-    title = f"{head}: {it.accepted} of {len(step.fate)} accepted{tries}<br>{kind}"
+    return f"{head}: {it.accepted} of {len(it.fate)} accepted{tries}<br>{kind}"
+
+
+def _drafts_layout(fig: go.Figure, title: str, labelled: bool, dark: bool, large: bool, wide: bool) -> go.Figure:
+    """Overlaid bars, the theme and title, and the legend at the figure's foot under the axis's ticks and
+    title: one entry a line, or on a projector's `wide` plot short names in two rows."""
+    fig.update_layout(
+        barmode="overlay",  # one bar per draft, whichever trace it is in
+        legend={"yref": "container", "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left"},
+    )
     wide = wide and not large
     fig = _finish(fig, title, WIDE_HEIGHT if wide else 480, dark, large, widths=WIDE_TITLE if wide else 1)
     font = fig.layout.font.size
-    # a projector's wide plot: short names in two rows (a wrapped row's columns are as wide as its longest name)
     rows = 2 if wide else len(fig.data)
-    if wide:
+    if wide:  # (a wrapped row's columns are as wide as its longest name)
         fig.update_layout(legend={"orientation": "h"})
         for bar in fig.data[:-1]:
             bar.name = bar.name.split(" ")[0]
