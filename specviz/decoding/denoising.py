@@ -12,6 +12,7 @@ import torch
 
 from specviz.core.params import SpeculativeParameters
 from specviz.core.settings import SamplingSettings
+from specviz.decoding.passes import PassLoop
 from specviz.models.continuous import ContinuousSession, PairSession, sample_noise
 from specviz.models.networks.diffusion_head import Path
 from specviz.trace import ContinuousRecord
@@ -208,55 +209,65 @@ def speculative_decoding(
     params: SpeculativeParameters,
     rule: Rule,
 ) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
-    """The loop both CSpD variants share (the paper's Algorithm 1 around its acceptance rule): the
-    target alone draws the pre-filled share of tokens; then per pass the draft proposes gamma tokens,
-    the target conditions them in one pass, `rule` rates them, the first rejection (uniform above
-    the ratio) ends the pass and is resampled, and after a fully accepted draft the target draws the
-    next token itself. Yields each iteration with its committed tokens (k, d)."""
-    target, draft = pair.target, pair.draft
-    length, dim = target.geometry.seq_len, target.token_dim
-    prefill = min(length, math.ceil(params.prefill * length - 1e-9))
-    to_target: list[torch.Tensor] = []  # decided tokens the target has not seen yet
-    to_draft: list[torch.Tensor] = []  # and those the draft has not seen
-    for iteration, token in alone(target, sampling, generator, "target", stop=prefill):
-        to_draft.append(token[0])
-        yield iteration, token
-    to_target.extend(to_draft[-1:])  # `alone` leaves its last token unseen by the target
-    position = prefill
-    while position < length:
-        gamma = min(params.gamma, length - position)
-        started = time.perf_counter()
-        noise = sample_noise(gamma, draft.head, dim, generator)
-        draft_conditions, q, draft_passes = draft_tokens(draft, to_draft, noise, sampling)
-        drafted = time.perf_counter()
-        conditions, before, fed = target_pass(target, to_target, q.tokens, length)
-        passed = time.perf_counter()
-        drafts = span(position, gamma)
-        verdict = rule(
-            DenoisingPass(pair, sampling, generator, params, draft_conditions, q, conditions[:gamma], noise, drafts)
-        )
+    """The loop both CSpD variants share (the paper's Algorithm 1 around its acceptance rule). Yields each
+    iteration with its committed tokens (k, d)."""
+    yield from DenoisingLoop(pair, sampling, generator, params, rule).records()
+
+
+class DenoisingLoop(PassLoop):
+    """Speculative decoding on a continuous-token pair: the target alone draws the pre-filled share of
+    tokens; then per pass the draft proposes gamma tokens, the target conditions them in one pass, `rule`
+    rates them, the first rejection (uniform above the ratio) ends the pass and is resampled, and after a
+    fully accepted draft the target draws the next token itself."""
+
+    def __init__(
+        self,
+        pair: PairSession,
+        sampling: SamplingSettings,
+        generator: torch.Generator,
+        params: SpeculativeParameters,
+        rule: Rule,
+    ):
+        super().__init__(generator.device)
+        self.pair, self.sampling, self.generator, self.params, self.rule = pair, sampling, generator, params, rule
+        self.length = pair.target.geometry.seq_len
+        self.prefill = min(self.length, math.ceil(params.prefill * self.length - 1e-9))
+        self.to_target: list[torch.Tensor] = []  # decided tokens the target has not seen yet
+        self.to_draft: list[torch.Tensor] = []  # and those the draft has not seen
+        self.position = self.prefill
+
+    @property
+    def done(self) -> bool:
+        return self.position >= self.length
+
+    def first_records(self) -> Iterator[tuple[ContinuousRecord, torch.Tensor]]:
+        """The pre-filled share, drawn by the target alone."""
+        for iteration, token in alone(self.pair.target, self.sampling, self.generator, "target", stop=self.prefill):
+            self.to_draft.append(token[0])
+            yield iteration, token
+        self.to_target.extend(self.to_draft[-1:])  # `alone` leaves its last token unseen by the target
+
+    def step(self) -> tuple[ContinuousRecord, torch.Tensor]:
+        """Draft gamma tokens, condition them in one target pass, test them with the rule, and commit the
+        accepted ones and the token after them."""
+        target, draft, position = self.pair.target, self.pair.draft, self.position
+        gamma = min(self.params.gamma, self.length - position)
+        started = self.clock.mark()
+        noise = sample_noise(gamma, draft.head, target.token_dim, self.generator)
+        draft_conditions, q, draft_passes = draft_tokens(draft, self.to_draft, noise, self.sampling)
+        drafted = self.clock.mark()
+        conditions, before, fed = target_pass(target, self.to_target, q.tokens, self.length)
+        passed = self.clock.mark()
+        run = (self.pair, self.sampling, self.generator, self.params)
+        verdict = self.rule(DenoisingPass(*run, draft_conditions, q, conditions[:gamma], noise, span(position, gamma)))
         ratio = torch.exp(verdict.log_ratio.clamp(max=0.0))
-        uniform = torch.rand(gamma, generator=generator, device=generator.device)
+        uniform = torch.rand(gamma, generator=self.generator, device=self.generator.device)
         rejected = (uniform > ratio).nonzero()
         accepted = int(rejected[0]) if len(rejected) else gamma
-        keep_accepted(target, to_target, q.tokens, before, fed, accepted)
-
-        committed, source, tries = list(q.tokens[:accepted]), ["draft"] * accepted, 0
-        if accepted < gamma:
-            token, tries, capped = verdict.resample(accepted)
-            committed.append(token)
-            source.append("capped" if capped else "resampled")
-            draft.truncate(position + accepted)
-            to_draft[:] = [token]
-        elif position + gamma < length:
-            token = draw_fresh(target, conditions[gamma:], sampling, generator, span(position + gamma, 1)).tokens[0]
-            committed.append(token)
-            source.append("target")
-            to_draft.append(token)
-        to_target.extend(committed[accepted:])
-
+        keep_accepted(target, self.to_target, q.tokens, before, fed, accepted)
+        committed, source, tries = self._after_test(q, conditions, verdict, accepted, gamma)
         tested = min(accepted + 1, gamma)
-        done = time.perf_counter()
+        ended = self.clock.mark()
         record = ContinuousRecord(
             start=position,
             committed=[0] * len(committed),
@@ -271,9 +282,30 @@ def speculative_decoding(
             source=source,
             tries=tries,
             draft_passes=draft_passes,
-            draft_ms=(drafted - started) * 1000,
-            forward_ms=(passed - drafted) * 1000,
-            verify_ms=(done - passed) * 1000,
+            draft_ms=self.clock.ms(started, drafted),
+            forward_ms=self.clock.ms(drafted, passed),
+            verify_ms=self.clock.ms(passed, ended),
         )
-        yield record, torch.stack(committed)
-        position += len(committed)
+        self.position += len(committed)
+        return record, torch.stack(committed)
+
+    def _after_test(
+        self, q: Path, conditions: torch.Tensor, verdict: DenoisingVerdict, accepted: int, gamma: int
+    ) -> tuple[list[torch.Tensor], list[str], int]:
+        """The committed tokens (the accepted drafts, then the rejected position resampled or, after a full
+        acceptance, the target's own next token), where each came from, and the proposals tried."""
+        committed, source, tries = list(q.tokens[:accepted]), ["draft"] * accepted, 0
+        if accepted < gamma:
+            token, tries, capped = verdict.resample(accepted)
+            committed.append(token)
+            source.append("capped" if capped else "resampled")
+            self.pair.draft.truncate(self.position + accepted)
+            self.to_draft[:] = [token]
+        elif self.position + gamma < self.length:
+            follows = span(self.position + gamma, 1)
+            token = draw_fresh(self.pair.target, conditions[gamma:], self.sampling, self.generator, follows).tokens[0]
+            committed.append(token)
+            source.append("target")
+            self.to_draft.append(token)
+        self.to_target.extend(committed[accepted:])
+        return committed, source, tries

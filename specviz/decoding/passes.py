@@ -1,16 +1,20 @@
-"""What every loop of verified passes shares: the first token, the pass clock, when to stop, the timing.
+"""What every loop of passes shares: the clock, when to stop, and the records in order.
 
-A loop (the Jacobi window, the draft trees, SJD-PAC's candidate trees) draws position 0 from the prefill's
-distribution (exact, and no extra pass), then makes one model pass per `step()` until every position is
-fixed, each returning that pass's record. Inside a pass the clock marks the drafting, the model pass and
-the verification without a host sync of its own; the pass's one copy to the host (`read_to_host`) waits
-for the device, after which the marks are read.
+`PassLoop` is the base of every loop but vanilla AR's (kept as the model family's own loop, so that
+ratios against it are honest): the records made before the first pass (a token from the prefill, a
+pre-filled share of a continuous image), then one record per `step()` until the loop is `done`.
+`TokenLoop` adds what the loops over discrete tokens share (the Jacobi window, the draft trees, SJD-PAC's
+candidate trees, ZipAR's rows): position 0 drawn from the prefill's distribution (exact, and no extra
+pass), the head and its position. Inside a pass the clock marks the drafting, the model pass and the
+verification without a host sync of its own; the pass's one copy to the host (`read_to_host`) waits for
+the device, after which the marks are read.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -45,15 +49,40 @@ class PassClock:
 
 
 class PassLoop:
-    """A loop of verified passes: the session and settings, the clock, the head (the decided token not yet
-    in the cache) and its position. A loop's `step()` makes one pass and returns its record."""
+    """A loop of passes: its clock, the records it makes before its first pass, and one record per
+    `step()` until it is `done`."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.clock = PassClock(device)
+
+    def first_records(self) -> Iterator[Any]:
+        """The records made before the first pass (none unless a loop says so)."""
+        return iter(())
+
+    @property
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def step(self) -> Any:
+        raise NotImplementedError
+
+    def records(self) -> Iterator[Any]:
+        """The first records, then one per pass until the loop is done."""
+        yield from self.first_records()
+        while not self.done:
+            yield self.step()
+
+
+class TokenLoop(PassLoop):
+    """A loop over a discrete-token session: the session and settings, the head (the decided token not yet
+    in the cache) and its position. Position 0 is drawn from the prefill's distribution."""
 
     def __init__(self, session: Session, sampling: SamplingSettings, generator: torch.Generator, params: Parameters):
+        super().__init__(session.next_logits.device)
         self.session, self.sampling, self.generator, self.params = session, sampling, generator, params
         geometry = session.geometry
         self.layout, self.seq_len, self.vocab = geometry.layout, geometry.seq_len, geometry.vocab_size
-        self.device = session.next_logits.device
-        self.clock = PassClock(self.device)
         self.first_probs = sampling.probabilities(session.next_logits)[None]  # (1, V): position 0's distribution
         self.head_position = 0
 
@@ -65,15 +94,6 @@ class PassLoop:
     def done(self) -> bool:
         return self.head_position >= self.seq_len - 1
 
-    def first_record(self) -> TokenRecord:
+    def first_records(self) -> Iterator[Iteration]:
         """Position 0 is drawn from the prefill's distribution: exact, and no extra pass."""
-        return TokenRecord(start=0, committed=read_to_host(self.head[:1]), forward_ms=0.0)
-
-    def step(self) -> Iteration:
-        raise NotImplementedError
-
-    def records(self) -> Iterator[Iteration]:
-        """The first record, then one per model pass until every position is fixed."""
-        yield self.first_record()
-        while not self.done:
-            yield self.step()
+        yield TokenRecord(start=0, committed=read_to_host(self.head[:1]), forward_ms=0.0)

@@ -63,7 +63,7 @@ import torch
 
 from specviz.core.params import SjdPacParameters
 from specviz.core.settings import SamplingSettings
-from specviz.decoding.passes import PassLoop
+from specviz.decoding.passes import TokenLoop
 from specviz.decoding.sampling import RESIDUAL_EPSILON, residual, sample, token_probs
 from specviz.decoding.tree import sibling_order
 from specviz.models.protocol import IMAGE_CELL, Session
@@ -132,7 +132,7 @@ class PacTree:
         }
 
 
-class PacWindow(PassLoop):
+class PacWindow(TokenLoop):
     """The head, and for each drafted position its K candidates (candidate 0 first), which can be drawn,
     and the distribution q they were drawn from; `step()` makes one pass and returns its record."""
 

@@ -55,7 +55,7 @@ import torch
 from specviz.core.params import TreeParameters
 from specviz.core.settings import SamplingSettings
 from specviz.decoding.drafters import DRAFTERS, Drafter, Frontier, VerifiedPass
-from specviz.decoding.passes import PassLoop
+from specviz.decoding.passes import TokenLoop
 from specviz.decoding.sampling import RESIDUAL_EPSILON, sample
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.session import TreeMask
@@ -336,7 +336,7 @@ def run_tree(
     yield from TreeLoop(session, sampling, generator, params, shapes, relaxation).records()
 
 
-class TreeLoop(PassLoop):
+class TreeLoop(TokenLoop):
     """The head and the drafter that grows each pass's tree below it; the shape rule sets each tree's depth
     and top-k, the relaxation (if any) each node's acceptance."""
 

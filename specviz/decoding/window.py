@@ -27,7 +27,7 @@ import torch
 from specviz.core.params import WindowParameters
 from specviz.core.settings import SamplingSettings
 from specviz.decoding.initialisers import INITIALISERS, Draw, SlotContext
-from specviz.decoding.passes import PassClock, PassLoop
+from specviz.decoding.passes import PassClock, TokenLoop
 from specviz.decoding.sampling import acceptance_ratio, leading_true, next_exact_token, sample, token_probs
 from specviz.models.protocol import IMAGE_CELL, Session
 from specviz.models.syncing import read_to_host
@@ -114,7 +114,7 @@ def run_window(
     yield from JacobiWindow(session, sampling, generator, params, rule, draw).records()
 
 
-class JacobiWindow(PassLoop):
+class JacobiWindow(TokenLoop):
     """The window between passes: the head, the drafts after it with the q each was drawn from, and the
     initialisation that fills new slots. A step is a pass (`forward()`), the rule's verdict on it, and
     `advance(pass, verdict)`, which applies the verdict and returns the pass's record."""

@@ -35,7 +35,6 @@ Where this differs from the official code (`ThisisBillhe/ZipAR`):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -43,6 +42,7 @@ import torch
 
 from specviz.core.params import ZiparParameters
 from specviz.core.settings import SamplingSettings
+from specviz.decoding.passes import TokenLoop
 from specviz.decoding.sampling import sample
 from specviz.models.protocol import IMAGE_CELL, Geometry, Session
 from specviz.models.syncing import intended_sync, read_to_host
@@ -146,34 +146,66 @@ def iterate(
 ) -> Iterator[RowsRecord]:
     """One record per pass: the tokens drawn together, one per row in flight, in the order of
     `decision_geometry`."""
-    passes = schedule(session.geometry, params.window_size)
-    device = session.next_logits.device
-    # every pass's fed positions, their sources and the positions decided, copied to the device once
-    with intended_sync():
-        sources = torch.tensor([s for step in passes for s in step.source], dtype=torch.long, device=device)
-        decided = torch.tensor([d for step in passes for d in step.decided], dtype=torch.long, device=device)
-        predictors = torch.tensor([p for step in passes for p in step.predictor], dtype=torch.long, device=device)
-        # the tokens decided so far in raster order, the layout's known from the start
-        raster = torch.tensor(session.geometry.layout, dtype=torch.long, device=device).clamp(min=0)
-    fed_at = decided_at = predicted_at = 0
-    for step in passes:
-        started = time.perf_counter()
+    yield from RowsLoop(session, sampling, generator, params).records()
+
+
+class RowsLoop(TokenLoop):
+    """ZipAR's schedule run pass by pass: each pass feeds the tokens its rows need (stand-ins included)
+    and draws one token in every row in flight."""
+
+    def __init__(
+        self, session: Session, sampling: SamplingSettings, generator: torch.Generator, params: ZiparParameters
+    ):
+        super().__init__(session, sampling, generator, params)
+        self.passes = schedule(session.geometry, params.window_size)
+        # every pass's fed positions, their sources and the positions decided, copied to the device once
+        with intended_sync():
+            steps, device = self.passes, self.device
+            self.sources = torch.tensor([s for step in steps for s in step.source], dtype=torch.long, device=device)
+            self.decided = torch.tensor([d for step in steps for d in step.decided], dtype=torch.long, device=device)
+            self.predictors = torch.tensor(
+                [p for step in steps for p in step.predictor], dtype=torch.long, device=device
+            )
+            # the tokens decided so far in raster order, the layout's known from the start
+            self.raster = torch.tensor(session.geometry.layout, dtype=torch.long, device=device).clamp(min=0)
+        self.next_pass = self.fed_at = self.decided_at = self.predicted_at = 0
+
+    @property
+    def done(self) -> bool:
+        return self.next_pass == len(self.passes)
+
+    def first_records(self) -> Iterator[RowsRecord]:
+        """The first row's first token, from the prefill: the schedule's first record, no pass."""
+        self.draw_first()
+        yield self._record(self.passes[0], self.head)
+
+    def step(self) -> RowsRecord:
+        """Feed this pass's tokens and draw one token in every row in flight from the logits before it."""
+        step, count = self.passes[self.next_pass], len(self.passes[self.next_pass].decided)
+        started = self.clock.mark()
+        fed = self.raster[self.sources[self.fed_at : self.fed_at + len(step.fed)]]
+        logits = self.session.forward_at(fed, step.fed)
+        logits = logits[self.predictors[self.predicted_at : self.predicted_at + count]]
+        self.predicted_at += count
+        self.fed_at += len(step.fed)
+        tokens = sample(self.sampling.probabilities(logits), self.generator)
+        drawn = self.clock.mark()
+        record = self._record(step, tokens)
+        record.forward_ms = self.clock.ms(started, drawn)  # read once the record's copy has waited for the pass
+        return record
+
+    def _record(self, step: ZipPass, tokens: torch.Tensor) -> RowsRecord:
+        """Commit `tokens` at the positions `step` decides, and record them (the pass's one host copy)."""
         count = len(step.decided)
-        if step.fed:
-            logits = session.forward_at(raster[sources[fed_at : fed_at + len(step.fed)]], step.fed)
-            logits = logits[predictors[predicted_at : predicted_at + count]]
-            predicted_at += count
-        else:  # the first token, from the prefill
-            logits = session.next_logits[None]
-        tokens = sample(sampling.probabilities(logits), generator)
-        raster[decided[decided_at : decided_at + count]] = tokens
-        yield RowsRecord(
-            start=decided_at,
+        self.raster[self.decided[self.decided_at : self.decided_at + count]] = tokens
+        record = RowsRecord(
+            start=self.decided_at,
             committed=read_to_host(tokens),
             rows=list(step.rows),
             fed=len(step.fed),
             stand_ins=step.stand_ins,
-            forward_ms=(time.perf_counter() - started) * 1000,
+            forward_ms=0.0,
         )
-        fed_at += len(step.fed)
-        decided_at += count
+        self.decided_at += count
+        self.next_pass += 1
+        return record
