@@ -27,6 +27,8 @@ def pytest_configure(config):
     from specviz.core.threads import choose_threads
 
     config.addinivalue_line("markers", "statistical: a sampling test whose size --full-stats raises")
+    # the app's tests expect the CPU's behaviour (retimed races, CPU images); test_cuda.py starts its own app
+    os.environ.setdefault("SPECVIZ_DEVICE", "cpu")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     share = max(1, (os.cpu_count() or 1) // workers)
     torch.set_num_threads(min(share, choose_threads()) if os.environ.get("SPECVIZ_THREADS") else share)

@@ -5,13 +5,25 @@ continuous pair on the device, count the hidden host reads of each window and tr
 one a device sync), run passes under CUDA's sync debug mode (an error at any sync but the intended
 ones, on the plain path and on the fast path with its CUDA graphs), prove methods exact with every random
 number drawn on the GPU, run every method on the fast path and the plain path in lock-step, and compare a
-session's logits on the GPU with the same session on the CPU.
+session's logits on the GPU with the same session on the CPU; and start the app (`python app.py`) on the GPU
+and race through it.
 """
 
+import contextlib
 import gc
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
+from gradio_client import Client
+from test_app import _race
 
 from specviz.decoding import METHODS, run
 from specviz.decoding.registry import get_method
@@ -20,11 +32,13 @@ from specviz.measure.syncs import hidden_reads
 from specviz.models.fast.shadow import ShadowedModel
 from specviz.models.registry import load_model
 from specviz.trace import Trace
+from specviz.ui.loading import DEVICE_ENV_VAR, MODELS_ENV_VAR, ZERO_GPU_ENV_VAR
 
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: on a GPU, python -m specviz gpu-report"),
 ]
+ROOT = Path(__file__).resolve().parents[1]
 DISCRETE = [name for name, method in METHODS.items() if method.iterate is not None]
 SETTINGS = {"window": 16, "tree_tokens": 30}
 
@@ -123,3 +137,62 @@ def test_the_continuous_pair_decodes_on_the_gpu(method):
     pair = load_model("tiny-continuous", device="cuda")
     trace = run(pair, method, "red apple", 0)
     assert len(trace.vectors) == len(trace.tokens) == len(trace.geometry.layout)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def served_app(log: Path, **env: str | None) -> Iterator[str]:
+    """`python app.py` in a process of its own, as an owner starts it, on a free port with `env` over this
+    process's environment (None removes a variable); yields its URL once it answers, and stops it after.
+    Its own process: the models' per-process cache holds whatever this one loaded, on whatever device."""
+    port = _free_port()
+    changes = {"GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
+    environ = {name: value for name, value in {**os.environ, **changes, **env}.items() if value is not None}
+    with log.open("w") as out:
+        process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=environ, stdout=out, stderr=out)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 300  # torch, Gradio, three small models and the text encoder
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"the app stopped at start-up (exit {process.returncode}): {log.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(url, timeout=10).close()
+                break
+            except OSError:  # not listening yet
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the app did not answer within 300 s: {log.read_text()[-3000:]}")
+                time.sleep(1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_the_app_on_a_gpu_races_the_embedded_model_on_it(tmp_path):
+    """The app started as on one's own GPU machine or a dedicated GPU Space (SPECVIZ_DEVICE unset, not
+    ZeroGPU): `tiny` loads on CUDA on its fast path, and a race of sjd against AR through the API gives both
+    runs and the verdicts. On the GPU the race's own clocks are kept; on a CPU the summary would say the runs
+    were timed again "with nothing drawing" (`needs_retiming`: a CPU model's race)."""
+    log = tmp_path / "app.log"
+    unset = dict.fromkeys((DEVICE_ENV_VAR, ZERO_GPU_ENV_VAR, MODELS_ENV_VAR, "SPACE_ID"))
+    with served_app(log, **unset) as url:
+        shown = _race(Client(url, verbose=False), method="sjd")
+    method_image, method_counter, ar_image, ar_counter, summary = shown[:5]
+    assert "**sjd**" in method_counter and "256/256 tokens" in method_counter
+    assert "**ar** · NFE 256 · 256/256 tokens" in ar_counter
+    assert Path(method_image).is_file() and Path(ar_image).is_file()
+    headline = summary.splitlines()[0]
+    assert headline.startswith("### sjd:") and "step compression" in headline  # the passes' verdict
+    assert any(verdict in headline for verdict in ("speedup over AR", "slower than AR", "about the same"))  # latency
+    assert "each side's clock counts only its own compute" in summary  # timed on the GPU: not re-timed as on a CPU
+    assert "nothing drawing" not in summary and "not loaded at start-up" not in log.read_text()

@@ -22,6 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "spaces_config"
 
 
+@pytest.fixture(autouse=True)
+def embedded_models_on_the_cpu(monkeypatch):
+    """The embedded models on the CPU, as on ZeroGPU, also where this suite runs beside a GPU (where they
+    would otherwise take it: test_device_policy)."""
+    monkeypatch.setenv(loading.DEVICE_ENV_VAR, "cpu")
+
+
 @pytest.fixture
 def on_a_space(monkeypatch):
     monkeypatch.setenv("SPACE_ID", "someone/specviz")
@@ -153,11 +160,13 @@ def test_a_race_on_a_gpu_model_runs_in_one_gpu_call_and_one_on_the_cpu_in_none(m
 
 
 def test_models_sit_where_zerogpu_expects_them(monkeypatch):
-    """The embedded models on the CPU even where CUDA is there (no GPU slot for them); the others on CUDA,
-    placed at start-up."""
+    """On ZeroGPU the embedded models on the CPU though its torch says CUDA is there (no GPU slot for them);
+    the others on CUDA, placed at start-up. (Off ZeroGPU the embedded ones take the GPU: test_device_policy.)"""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv(loading.ZERO_GPU_ENV_VAR, "true")
+    monkeypatch.delenv(loading.DEVICE_ENV_VAR, raising=False)
     assert [loading.device_for(name) for name in ("tiny", "tiny-continuous", "janus-pro")] == ["cpu", "cpu", "cuda"]
 
 

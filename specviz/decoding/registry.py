@@ -71,7 +71,7 @@ class Method(MethodInfo):
         if widest is not None and drafts is not None and drafts + 1 > widest:
             raise UnsupportedMethod(
                 f"the fast path takes passes of up to {widest} tokens and a tree of {drafts} drafts needs "
-                f"{drafts + 1}: give --tree-tokens {widest - 1} or fewer, or leave out --fast-path"
+                f"{drafts + 1}: choose at most {widest - 1} tree tokens (--tree-tokens), or run without the fast path"
             )
 
 

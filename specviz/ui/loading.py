@@ -1,6 +1,6 @@
 """The models this app runs: which are offered, each loaded once per process (at start-up where an owner
-named them), which one decodes a trace here, and GPU work entered only where a request's model sits on a
-GPU (ZeroGPU)."""
+named them), where each runs (SPECVIZ_DEVICE, the GPU, ZeroGPU), which one decodes a trace here, and GPU
+work entered only where a request's model sits on a GPU (ZeroGPU)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from collections.abc import Callable
 import torch
 
 from specviz.core.errors import ModelUnavailable, UnknownModel
-from specviz.core.inputs import brief
+from specviz.core.inputs import InputError, brief
 from specviz.decoding.registry import METHODS
 from specviz.models.protocol import ImageModel
-from specviz.models.registry import MODELS, load_model
+from specviz.models.registry import MODELS, get_entry, load_model
 from specviz.trace import Trace
 from specviz.ui.compute import on_compute_thread
 
@@ -25,9 +25,13 @@ log = logging.getLogger("specviz.ui")
 
 MODELS_ENV_VAR = "SPECVIZ_MODELS"
 # the models that ship in assets/: small, offline, safe for anonymous visitors; offered on a Space by default.
-# They run on the CPU everywhere: at batch 1 a GPU pass of a model this small is bound by kernel launches, and
-# on ZeroGPU a GPU slot would cost each visitor's daily quota for nothing.
+# On ZeroGPU they run on the CPU: a GPU slot would cost each visitor's daily quota. Elsewhere they run on the
+# GPU where there is one (on the fast path where they have it: at batch 1 a plain GPU pass of a model this
+# small is bound by kernel launches), so that a race on a GPU machine tells the GPU's latency story.
 EMBEDDED_MODELS = ("tiny", "tiny-uncertain", "tiny-continuous")
+DEVICE_ENV_VAR = "SPECVIZ_DEVICE"  # auto (the policy of `device_for`), cpu or cuda: every model there
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+ZERO_GPU_ENV_VAR = "SPACES_ZERO_GPU"  # set to true by Hugging Face on a ZeroGPU Space (read as `spaces` reads it)
 GPU_PASS_SECONDS = 0.1  # a generous bound on one pass of the largest registered models (8B, bf16, guidance)
 GPU_START_SECONDS = 10  # a GPU call's own overhead: prefill, pictures, handing results back
 
@@ -76,7 +80,9 @@ def startup_models() -> list[str]:
 
 def load_at_startup() -> None:
     """Load `startup_models()`; one that cannot load (weights missing, hub unreachable, too little memory)
-    is said in one line of the log, and refused with that reason when a visitor chooses it."""
+    is said in one line of the log, and refused with that reason when a visitor chooses it. A wrong
+    SPECVIZ_DEVICE raises InputError first: the owner's mistake, said at start, not on a visitor's first run."""
+    device_setting()
     for name in startup_models():
         try:
             get_model(name)
@@ -84,9 +90,46 @@ def load_at_startup() -> None:
             log.warning("not loaded at start-up: %s", error)
 
 
+def on_zero_gpu() -> bool:
+    """Whether this app runs on a ZeroGPU Space, where a GPU exists only inside `spaces.GPU` calls and each
+    one costs the visitor's quota (torch.cuda.is_available() says True there, so it cannot tell)."""
+    return os.environ.get(ZERO_GPU_ENV_VAR, "").strip().lower() in ("1", "t", "true")
+
+
+def device_setting() -> str:
+    """SPECVIZ_DEVICE, checked: auto (the default), cpu or cuda. cuda where torch sees no GPU is refused
+    here, in one line, rather than as a traceback from the first model load."""
+    named = os.environ.get(DEVICE_ENV_VAR)
+    if named is None:
+        return "auto"
+    value = named.strip().lower()
+    if value not in DEVICE_CHOICES:
+        raise InputError(f"{DEVICE_ENV_VAR} must be one of {', '.join(DEVICE_CHOICES)}, got {brief(named)}")
+    if value == "cuda" and not torch.cuda.is_available():
+        raise InputError(
+            f"{DEVICE_ENV_VAR}=cuda but torch sees no CUDA device here (torch {torch.__version__}); "
+            "set it to auto or cpu, or install a CUDA build of torch"
+        )
+    return value
+
+
 def device_for(name: str) -> str:
-    """Where a model runs: the embedded models on the CPU, the others on CUDA where there is one."""
-    return "cuda" if name not in EMBEDDED_MODELS and torch.cuda.is_available() else "cpu"
+    """Where a model runs: SPECVIZ_DEVICE's choice for every model when it names one; else (auto) on CUDA
+    where there is one, except the embedded models on ZeroGPU, which stay on the CPU so that a visitor's run
+    on them takes no GPU slot."""
+    setting = device_setting()
+    if setting != "auto":
+        return setting
+    if not torch.cuda.is_available() or (name in EMBEDDED_MODELS and on_zero_gpu()):
+        return "cpu"
+    return "cuda"
+
+
+def fast_path_for(name: str, device: str) -> bool:
+    """Whether a model loads on its fast path (static cache, CUDA graphs), as `--fast-path` loads it on the
+    command line: on CUDA where the model has one, though not on ZeroGPU, whose GPU work runs in a forked
+    worker per call that would capture the graphs again each time."""
+    return device == "cuda" and get_entry(name).fast_path and not on_zero_gpu()
 
 
 def get_model(name: str) -> ImageModel:
@@ -98,7 +141,9 @@ def get_model(name: str) -> ImageModel:
 
 @functools.cache
 def _load_once(name: str) -> ImageModel:
-    return on_compute_thread(functools.partial(load_model, name, device=device_for(name)))
+    device = device_for(name)
+    load = functools.partial(load_model, name, device=device, fast_path=fast_path_for(name, device))
+    return on_compute_thread(load)
 
 
 def decoder_for(trace: Trace) -> ImageModel | None:
