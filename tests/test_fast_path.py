@@ -92,7 +92,7 @@ def test_a_model_without_a_fast_path_says_which_have_one():
 
 def test_a_tree_wider_than_the_widest_pass_is_refused_before_the_run(pair):
     _, fast = pair
-    with pytest.raises(UnsupportedMethod, match=r"up to 64 tokens and a tree of 80 drafts needs 81: give --tree-t"):
+    with pytest.raises(UnsupportedMethod, match=r"up to 64 tokens and a tree of 80 drafts needs 81: choose at most 63"):
         run(fast, "eagle2", "red apple", 0, params={"tree_tokens": 80})
 
 
