@@ -337,21 +337,32 @@ def tree_of(trace: Trace, j: int) -> DraftTree | None:
 
 class Speedup(NamedTuple):
     """AR's seconds over a method's from their undisturbed repeats, paired repeat by repeat (the i-th of
-    each ran back to back, so a slow spell of the machine touches both): median, lowest, highest."""
+    each ran back to back, so a slow spell of the machine touches both): median, lowest, highest; on the
+    compute clock where both runs kept it (`clock` "compute"), else on the wall clock ("wall")."""
 
     median: float
     low: float
     high: float
     repeats: int
+    clock: str = "wall"
 
 
-def timed_speedup(trace: Trace, ar: Trace) -> Speedup | None:
+def timed_speedup(trace: Trace, ar: Trace, clock: str | None = None) -> Speedup | None:
     """The latency speedup with its spread, where both runs were timed again equally often; None where
-    they were not (a GPU run's own clocks, a trace from before re-timing)."""
+    they were not (a GPU run's own clocks, a trace from before re-timing). On the compute clock (CPU time:
+    what the method's work costs, which a busy machine's other programs cannot inflate) where both runs
+    kept it, unless `clock` asks for "wall"."""
     if trace.timings is None or ar.timings is None or len(trace.timings) != len(ar.timings):
         return None
-    ratios = [a / m if m > 0 else math.nan for a, m in zip(ar.timings, trace.timings, strict=True)]
-    return Speedup(float(np.median(ratios)), min(ratios), max(ratios), len(ratios))
+    kept = trace.compute_timings is not None and ar.compute_timings is not None
+    if clock == "compute" and not kept:
+        return None
+    if clock != "wall" and kept:
+        ar_times, times, used = ar.compute_timings, trace.compute_timings, "compute"
+    else:
+        ar_times, times, used = ar.timings, trace.timings, "wall"
+    ratios = [a / m if m > 0 else math.nan for a, m in zip(ar_times, times, strict=True)]
+    return Speedup(float(np.median(ratios)), min(ratios), max(ratios), len(ratios), used)
 
 
 def draft_acceptance(iterations: list[Iteration]) -> float | None:

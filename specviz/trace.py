@@ -577,6 +577,10 @@ class Trace(_Strict):
     seconds: Annotated[float, Field(ge=0.0)]
     # the seconds of undisturbed repeats of this run, where it was timed again (`seconds` is their median)
     timings: Annotated[list[Annotated[float, Field(ge=0.0)]], Field(min_length=1, max_length=100)] | None = None
+    # the same on the compute clock (CPU seconds of this process: `specviz.core.timing.compute_clock`), which
+    # a busy machine's other programs cannot inflate; None in a trace made before it was kept
+    compute_seconds: Annotated[float, Field(ge=0.0)] | None = None
+    compute_timings: Annotated[list[Annotated[float, Field(ge=0.0)]], Field(min_length=1, max_length=100)] | None = None
     prefill_ms: Annotated[float, Field(ge=0.0)] = 0.0
     iterations: Annotated[list[Iteration], Field(min_length=1, max_length=MAX_POSITIONS)]
     # a continuous-token run: the value of every token (ids are all 0) and the draft model's passes

@@ -11,6 +11,7 @@ import torch
 from specviz.core.inputs import check_prompt, check_seed
 from specviz.core.params import Parameters
 from specviz.core.settings import SamplingSettings
+from specviz.core.timing import compute_clock
 from specviz.decoding.budget import check_pass_memory, memory_ceiling
 from specviz.decoding.registry import get_method
 from specviz.models.protocol import ImageModel
@@ -23,8 +24,9 @@ class RunStream:
     `memory`: the ceiling one pass may allocate (`specviz.decoding.budget.memory_ceiling`; by default half
     of this machine's), checked against the settings before the prefill.
 
-    `elapsed` is this run's own compute time so far (prefill included), measured only while it
-    advances, so two streams interleaved on one device each keep their own honest clock.
+    `elapsed` is this run's own time so far (prefill included), measured only while it advances, so two
+    streams interleaved on one device each keep their own honest clock; `compute_elapsed` the same on the
+    compute clock (`specviz.core.timing.compute_clock`: CPU time, which other programs cannot slow).
     """
 
     def __init__(
@@ -45,18 +47,22 @@ class RunStream:
         geometry = model.geometry
         ceiling = memory or memory_ceiling(device=model.device)  # before any work: a pass must fit
         check_pass_memory(method, self.params, geometry.vocab_size, geometry.seq_len, ceiling)
+        self._compute_clock = compute_clock(torch.get_num_threads())
+        compute_started = self._compute_clock()
         with torch.inference_mode():
             self.decoder = self.spec.open(model, self.prompt, seed, self.sampling, self.params)
         self.prefill_ms = self.decoder.prefill_ms
         self.elapsed = self.prefill_ms / 1000
+        self.compute_elapsed = self._compute_clock() - compute_started
         self.iterations: list[Iteration] = []
 
     def step(self) -> Iteration | None:
         """Advance one iteration; None once the image is complete."""
-        started = time.perf_counter()
+        started, compute_started = time.perf_counter(), self._compute_clock()
         with torch.inference_mode():
             iteration = self.decoder.next()
         self.elapsed += time.perf_counter() - started
+        self.compute_elapsed += self._compute_clock() - compute_started
         if iteration is not None:
             self.iterations.append(iteration)
         return iteration
@@ -81,6 +87,7 @@ class RunStream:
             tokens=self.tokens,
             nfe=self.session.nfe,
             seconds=self.elapsed,
+            compute_seconds=self.compute_elapsed,
             prefill_ms=self.prefill_ms,
             iterations=self.iterations,
             **self.decoder.trace_fields(),

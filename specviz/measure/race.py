@@ -68,9 +68,10 @@ class Race:
 
 @dataclass(frozen=True)
 class Timing:
-    """One run's seconds over its undisturbed repeats."""
+    """One run's seconds over its undisturbed repeats, on the wall clock and on the compute clock."""
 
     seconds: tuple[float, ...]
+    compute: tuple[float, ...] | None = None
 
     @property
     def median(self) -> float:
@@ -124,6 +125,7 @@ def retimed(
     then), and a round during which the count moved is timed again, since the work competed with its
     clocks; after three budgets the timing stops with the rounds it has."""
     seconds: list[list[float]] = [[] for _ in traces]
+    compute: list[list[float]] = [[] for _ in traces]
     timed = list(traces)
     started = time.perf_counter()
     done = disturbed = 0
@@ -132,7 +134,7 @@ def retimed(
         if (done >= 2 and spent >= budget) or (interruptions and spent >= 3 * budget):
             return
         before = interruptions() if interruptions else 0
-        clocks_now = []
+        clocks_now, compute_now = [], []
         for trace in traces:
             for again in repeat_passes(model, trace):
                 if again is None and interruptions:
@@ -141,16 +143,24 @@ def retimed(
                 yield TimingRound(timed, done, abandoned=True, disturbed=disturbed)
                 return
             clocks_now.append(again.seconds)
+            compute_now.append(again.compute_seconds)
         if interruptions and interruptions() != before:
             disturbed += 1
             continue
-        for clocks, clock in zip(seconds, clocks_now, strict=True):
+        for clocks, clock, cpu, cpu_now in zip(seconds, clocks_now, compute, compute_now, strict=True):
             clocks.append(clock)
+            cpu.append(cpu_now)
         done += 1
-        timed = [with_timing(trace, Timing(tuple(clocks))) for trace, clocks in zip(traces, seconds, strict=True)]
+        timed = [
+            with_timing(trace, Timing(tuple(clocks), tuple(cpu)))
+            for trace, clocks, cpu in zip(traces, seconds, compute, strict=True)
+        ]
         yield TimingRound(timed, done, disturbed=disturbed)
 
 
 def with_timing(trace: Trace, timing: Timing) -> Trace:
-    """The trace with its undisturbed repeats' clocks, `seconds` their median."""
-    return trace.model_copy(update={"seconds": timing.median, "timings": list(timing.seconds)})
+    """The trace with its undisturbed repeats' clocks, `seconds` (and `compute_seconds`) their median."""
+    update = {"seconds": timing.median, "timings": list(timing.seconds)}
+    if timing.compute is not None:
+        update.update(compute_seconds=statistics.median(timing.compute), compute_timings=list(timing.compute))
+    return trace.model_copy(update=update)
