@@ -242,19 +242,55 @@ def test_sjd_without_the_residual_is_caught(monkeypatch, size):
     assert not report.matches and report.p_value < 1e-6
 
 
-def test_maximal_coupling_that_carries_p_old_forward_is_caught(monkeypatch):
-    """The bug of one public implementation: verifying a coupled draft against its old distribution."""
+def test_maximal_coupling_that_records_p_old_for_every_coupled_draft_is_caught(monkeypatch):
+    """A grosser bug than the authors' (below): every coupled draft after the rejection, residual draws
+    included, verified on the next pass against its old distribution."""
     honest = scd_mc.verify
 
-    def carry_p_old(step):
+    def every_coupled_draft_at_p_old(step):
         verdict = honest(step)
         verdict.next_probs = torch.cat([step.q[1:], step.p[step.w :]])
         return verdict
 
-    monkeypatch.setattr(scd_mc, "verify", carry_p_old)
+    monkeypatch.setattr(scd_mc, "verify", every_coupled_draft_at_p_old)
     report = check_lossless("scd-mc", samples=1_000, seed=11)  # p 4e-217 at 1,000
     print(report.summary())
     assert not report.matches and report.p_value < 1e-6
+
+
+def _authors_scd_mc(honest):
+    """The authors' SCD-MC (`junhyukso/SCD`, lumina1/scheduler/jacobi_iteration_lumina_mgpt_SCDMC.py lines 290-293,
+    janus_pro/scheduler/jacobi_iteration_lumina_mgpt.py 388-391): a coupled draft KEPT after the first rejection
+    is stored with its old q, while a residual draw (and the rest of the verdict) is the rule's own."""
+
+    def verify(step):
+        verdict = honest(step)
+        kept = verdict.uniform[1:] < verdict.ratio[1:]  # the coupling's keep test: it reuses the uniforms
+        assert torch.equal(verdict.next_drafts[: step.w - 1][kept], step.drafts[1:][kept])
+        next_probs = step.p[1:].clone()  # what the rule records for every coupled draft (the default)
+        next_probs[: step.w - 1][kept] = step.q[1:][kept]
+        verdict.next_probs = next_probs
+        return verdict
+
+    return verify
+
+
+AUTHORS_SCD_MC_SAMPLES = 10_000  # on the long toy, seed 11
+
+
+def test_the_authors_scd_mc_rule_kept_drafts_at_p_old_is_caught(monkeypatch):
+    """Issue 59: one line of the authors' rule. At 10,000 images on the long toy, p 1.4e-10 (TV 0.037) at seed
+    11; seeds 12-15 give 2e-10, 3e-18, 3e-6 and 4e-9, and 8,000 images 4e-8 at seed 11. The short toy does not
+    show it (p 0.6 and 0.16 at 2,000 images, seeds 11 and 12)."""
+    monkeypatch.setattr(scd_mc, "verify", _authors_scd_mc(scd_mc.verify))
+    report = check_lossless("scd-mc", samples=AUTHORS_SCD_MC_SAMPLES, seed=11, toy="long")
+    print(report.summary())
+    assert not report.matches and report.p_value < 1e-6
+
+
+def test_scd_mc_passes_where_the_authors_rule_is_caught():
+    """The same run with every coupled draft recorded at p_new, as specviz's rule does: p 0.17 (TV 0.021)."""
+    _passes("scd-mc", AUTHORS_SCD_MC_SAMPLES, toy="long")
 
 
 def test_a_greedy_run_that_strays_is_caught(monkeypatch):
