@@ -116,8 +116,8 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fast-path",
         action="store_true",
-        help="tiny and tiny-uncertain: a static KV cache and passes padded to fixed widths, replayed as CUDA graphs "
-        "on a GPU (the same distributions; no faster on a CPU)",
+        help="every model with discrete tokens: a static KV cache and passes padded to fixed widths, replayed as "
+        "CUDA graphs on a GPU (the same distributions; no faster on a CPU)",
     )
 
 
@@ -657,6 +657,28 @@ def _image_decoder(traces: list[tuple[str, Trace]]) -> Callable[[Trace, list[int
     return lambda trace, tokens: decode_in_order(models[trace.model], tokens, trace.geometry.order)
 
 
+def command_check_model(args: argparse.Namespace) -> int:
+    """Our AR against the family's own reference on these weights; exit 1 on any mismatch."""
+    grid = check_output_file(args.grid or f"check-model-{args.model}.png")
+    prompt = check_prompt(args.prompt)
+    seed = check_seed(args.seed)
+    check_device(args.device)
+    from specviz.measure.check_model import check_model, report_lines, write_grid
+
+    model = _load(args)
+    try:
+        check = check_model(model, prompt, seed)
+    except ValueError as error:  # a model with no reference to check against
+        raise UsageError(str(error)) from None
+    print("\n".join(report_lines(model, check)))
+    try:
+        write_grid(check.images, grid)
+    except OSError as error:
+        raise UsageError(f"cannot write {shown_path(grid)}: {error.strerror or error}") from None
+    print(f"images: {grid}")
+    return 0 if check.passed else 1
+
+
 def command_figures(args: argparse.Namespace) -> int:
     from specviz.viz.publication import FigureOptionError, check_options, parse_formats, write_figures
 
@@ -709,6 +731,7 @@ def build_parser() -> argparse.ArgumentParser:
         _bench_parser,
         _bench_cspd_parser,
         _check_lossless_parser,
+        _check_model_parser,
         _figures_parser,
     ):
         add_command(commands)
@@ -937,6 +960,19 @@ def _figures_parser(commands: argparse._SubParsersAction) -> None:
         "vocabulary or layout is not its model's)",
     )
     parser.set_defaults(handler=command_figures)
+
+
+def _check_model_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "check-model",
+        help="run this first on new weights: our AR, greedy and sampled, against the family's own reference "
+        "(uncached full passes; transformers' generate() where the family has one); exit 1 on any mismatch",
+    )
+    _model_arguments(parser)
+    parser.add_argument("--prompt", default="a red apple", help="what to draw (a class for a class model)")
+    _seed_argument(parser)
+    parser.add_argument("--grid", help="where to write the images (default check-model-MODEL.png)")
+    parser.set_defaults(handler=command_check_model)
 
 
 def _figure_look_arguments(parser: argparse.ArgumentParser) -> None:

@@ -2,8 +2,9 @@
 
 Everything is built offline: tokenizers from word lists, transformers configs two layers deep, our
 own LlamaGen classes. `FAMILIES` lists them for the protocol contract (test_contract.py); each
-family's own tests use the same builders. The uncached reference of a family is one plain forward
-of the whole sequence per guidance row, written here against the network, not the adapter's session.
+family's own tests use the same builders. The uncached reference of a family (one plain forward of the
+whole sequence per guidance row, against the network, not the adapter's session) is the package's
+`specviz.models.reference`, which `check-model` runs on a user's weights.
 """
 
 from __future__ import annotations
@@ -32,24 +33,26 @@ from transformers import (
     T5EncoderModel,
 )
 
-from specviz.models.chameleon.adapter import AnoleModel, ChameleonImageModel, LuminaMGPTModel
+from specviz.models.chameleon.adapter import AnoleModel, LuminaMGPTModel
 from specviz.models.emu3.adapter import Emu3Model, combine_log_softmax
 from specviz.models.janus.adapter import JanusProModel
 from specviz.models.llamagen.adapter import (
     LlamaGenConfig,
     LlamaGenModel,
     LlamaGenTransformer,
-    condition_mask,
-    parse_class,
 )
 from specviz.models.llamagen.vq import VQDecoder, VQDecoderConfig
 from specviz.models.protocol import IMAGE_CELL, ImageModel
+from specviz.models.reference import (
+    UncachedFn,
+    chameleon_uncached,
+    emu3_uncached,
+    janus_uncached,
+    llamagen_uncached,
+    tiny_uncached,
+)
 from specviz.models.session import CombineFn, combine_guidance
 from specviz.models.tiny.adapter import TinyModel
-from specviz.models.tiny.text import shared_text_encoder
-
-# (model, prompt, guidance scale, tokens (n,)) -> raw logits (rows, n + 1, V) of every generated position
-UncachedFn = Callable[[ImageModel, str, float, torch.Tensor], torch.Tensor]
 
 
 def widen(modules) -> None:
@@ -150,22 +153,8 @@ def janus_network(seed: int = 0) -> JanusForConditionalGeneration:
     return network
 
 
-def janus() -> JanusProModel:
-    return JanusProModel.from_model(janus_network(), janus_processor())
-
-
-@torch.no_grad()
-def janus_uncached(model: JanusProModel, prompt: str, scale: float, tokens: torch.Tensor) -> torch.Tensor:
-    network = model.network
-    ids = model.prompt_ids(prompt)
-    rows = [ids, model.unconditional_ids(ids)] if scale != 1.0 else [ids]
-    generated = network.prepare_embeddings_for_image_generation(tokens[None])
-    raw = []
-    for row in rows:
-        embeds = torch.cat([network.get_input_embeddings()(row), generated], dim=1)
-        hidden = network.model.language_model(inputs_embeds=embeds).last_hidden_state[0]
-        raw.append(network.model.generation_head(hidden[row.shape[1] - 1 :]))
-    return torch.stack(raw)
+def janus(*, fast_path: bool = False) -> JanusProModel:
+    return JanusProModel.from_model(janus_network(), janus_processor(), fast_path=fast_path)
 
 
 # ---- Emu3 --------------------------------------------------------------------------------------
@@ -251,21 +240,10 @@ def emu3_wrap(network, processor, **options) -> Emu3Model:
     return Emu3Model.from_model(network, processor, **options)
 
 
-def emu3(attention: str = "sdpa") -> Emu3Model:
+def emu3(attention: str = "sdpa", *, fast_path: bool = False) -> Emu3Model:
     processor = emu3_processor()
-    return emu3_wrap(emu3_network(processor.tokenizer.get_vocab(), attention=attention), processor)
-
-
-@torch.no_grad()
-def emu3_uncached(model: Emu3Model, prompt: str, scale: float, tokens: torch.Tensor) -> torch.Tensor:
-    """The full LM head at the visual tokens, the end-of-line column masked as the adapter does."""
-    rows = [model.prompt_ids(prompt), model.negative_ids()] if scale != 1.0 else [model.prompt_ids(prompt)]
-    raw = []
-    for ids in rows:
-        sequence = torch.cat([ids, model.method_to_text[tokens][None]], dim=1)
-        logits = model.network(input_ids=sequence).logits[0, ids.shape[1] - 1 :, model.visual_ids]
-        raw.append(torch.cat([logits, torch.full((len(logits), 1), float("-inf"))], dim=1))
-    return torch.stack(raw)
+    network = emu3_network(processor.tokenizer.get_vocab(), attention=attention)
+    return emu3_wrap(network, processor, fast_path=fast_path)
 
 
 # ---- Anole and Lumina-mGPT ---------------------------------------------------------------------
@@ -353,27 +331,12 @@ def chameleon_parts() -> tuple[ChameleonForConditionalGeneration, ChameleonProce
     return chameleon_network(vocab), chameleon_processor(vocab)
 
 
-def anole() -> AnoleModel:
-    return AnoleModel.from_model(*chameleon_parts(), grid=CHAMELEON_GRID)
+def anole(*, fast_path: bool = False) -> AnoleModel:
+    return AnoleModel.from_model(*chameleon_parts(), grid=CHAMELEON_GRID, fast_path=fast_path)
 
 
-def lumina() -> LuminaMGPTModel:
-    return LuminaMGPTModel.from_model(*chameleon_parts(), grid=CHAMELEON_GRID)
-
-
-@torch.no_grad()
-def chameleon_uncached(model: ChameleonImageModel, prompt: str, scale: float, tokens: torch.Tensor) -> torch.Tensor:
-    """lm_head(hidden) at the image ids (transformers' forward masks them all), row end masked."""
-    rows = [model.prompt_ids(prompt), model.unconditional_ids()] if scale != 1.0 else [model.prompt_ids(prompt)]
-    raw = []
-    for ids in rows:
-        sequence = torch.cat([ids, model.method_to_text[tokens][None]], dim=1)
-        hidden = model.network.model(input_ids=sequence).last_hidden_state[0, ids.shape[1] - 1 :]
-        logits = model.network.lm_head(hidden)[:, model.image_ids]
-        if model.row_ends:
-            logits = torch.cat([logits, torch.full((len(logits), 1), float("-inf"))], dim=1)
-        raw.append(logits)
-    return torch.stack(raw)
+def lumina(*, fast_path: bool = False) -> LuminaMGPTModel:
+    return LuminaMGPTModel.from_model(*chameleon_parts(), grid=CHAMELEON_GRID, fast_path=fast_path)
 
 
 # ---- LlamaGen ----------------------------------------------------------------------------------
@@ -406,9 +369,9 @@ def llamagen_vq(seed: int = 1) -> VQDecoder:
     return VQDecoder(LLAMAGEN_VQ).eval()
 
 
-def llamagen_c2i(seed: int = 0) -> LlamaGenModel:
+def llamagen_c2i(seed: int = 0, *, fast_path: bool = False) -> LlamaGenModel:
     torch.manual_seed(seed)
-    return LlamaGenModel.from_model(LlamaGenTransformer(llamagen_config()), llamagen_vq())
+    return LlamaGenModel.from_model(LlamaGenTransformer(llamagen_config()), llamagen_vq(), fast_path=fast_path)
 
 
 def tiny_t5() -> tuple[T5EncoderModel, PreTrainedTokenizerFast]:
@@ -423,53 +386,16 @@ def tiny_t5() -> tuple[T5EncoderModel, PreTrainedTokenizerFast]:
     return T5EncoderModel(config).eval(), tokenizer
 
 
-def llamagen_t2i() -> LlamaGenModel:
+def llamagen_t2i(*, fast_path: bool = False) -> LlamaGenModel:
     torch.manual_seed(3)
     gpt = LlamaGenTransformer(llamagen_config(model_type="t2i", caption_dim=16, cls_token_num=8))
     with torch.no_grad():
         gpt.cls_embedding.uncond_embedding.normal_(0, 0.25)  # the release draws it at random, then trains it
     encoder, tokenizer = tiny_t5()
-    return LlamaGenModel.from_model(gpt, llamagen_vq(), text_encoder=encoder, tokenizer=tokenizer)
-
-
-@torch.no_grad()
-def llamagen_uncached(model: LlamaGenModel, prompt: str, scale: float, tokens: torch.Tensor) -> torch.Tensor:
-    """c2i: the class's and the null class's embedding rows; t2i: the caption's features and the
-    learned null caption, caption padding hidden."""
-    gpt = model.gpt
-    if model.t2i:
-        features, valid = model.caption_features(prompt)
-        captions = [features, gpt.cls_embedding.uncond_embedding[None]] if scale != 1.0 else [features]
-        conditions = [gpt.cls_embedding(caption) for caption in captions]
-        key_valid = torch.cat([valid, torch.ones(1, len(tokens), dtype=torch.bool)], dim=1)
-        mask = condition_mask(key_valid)
-    else:
-        table = gpt.cls_embedding.embedding_table.weight
-        labels = [parse_class(prompt, gpt.config.num_classes)]
-        labels += [gpt.config.num_classes] if scale != 1.0 else []
-        conditions = [table[label].view(1, 1, -1) for label in labels]
-        mask = None
-    raw = []
-    for condition in conditions:
-        sequence = torch.cat([condition, gpt.tok_embeddings(tokens[None])], dim=1)
-        raw.append(gpt(sequence, attention_mask=mask)[0, condition.shape[1] - 1 :])
-    return torch.stack(raw)
+    return LlamaGenModel.from_model(gpt, llamagen_vq(), text_encoder=encoder, tokenizer=tokenizer, fast_path=fast_path)
 
 
 # ---- the embedded model ------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def tiny_uncached(model: TinyModel, prompt: str, scale: float, tokens: torch.Tensor) -> torch.Tensor:
-    """The prompt's prefix and the learned null prefix."""
-    network = model.network
-    text = shared_text_encoder()([prompt])
-    prefixes = [network.prefix(text), network.prefix(None, 1)] if scale != 1.0 else [network.prefix(text)]
-    raw = []
-    for prefix in prefixes:
-        embeds = torch.cat([prefix, network.embed_tokens(tokens[None])], dim=1)
-        raw.append(network.lm(inputs_embeds=embeds).logits[0, network.config.prefix_len - 1 :])
-    return torch.stack(raw)
 
 
 # ---- every family ------------------------------------------------------------------------------
@@ -477,10 +403,11 @@ def tiny_uncached(model: TinyModel, prompt: str, scale: float, tokens: torch.Ten
 
 @dataclass(frozen=True)
 class Family:
-    """A family's test model, a prompt and guidance scale that suit it, and its uncached reference."""
+    """A family's test model, a prompt and guidance scale that suit it, and its uncached reference.
+    `build(fast_path=True)` builds the same model (the same seeded weights) on its fast path."""
 
     name: str
-    build: Callable[[], ImageModel]
+    build: Callable[..., ImageModel]
     prompt: str
     guidance_scale: float
     uncached: UncachedFn
@@ -508,16 +435,3 @@ def valid_tokens(model: ImageModel, count: int, seed: int = 3, start: int = 0) -
     drawn = torch.randint(0, codes, (count,), generator=torch.Generator().manual_seed(seed))
     forced = torch.tensor(layout[start : start + count])
     return torch.where(forced == IMAGE_CELL, drawn, forced)
-
-
-def uncached_greedy(family: Family, model: ImageModel, prompt: str, scale: float) -> list[int]:
-    """Greedy decoding by uncached full passes over every row, layout slots forced: the reference
-    for families whose transformers `generate()` cannot be one."""
-    tokens: list[int] = []
-    for entry in model.geometry.layout:
-        if entry != IMAGE_CELL:
-            tokens.append(entry)
-            continue
-        raw = family.uncached(model, prompt, scale, torch.tensor(tokens, dtype=torch.long))[:, -1]
-        tokens.append(int(family.combine(raw, scale).argmax()))
-    return tokens

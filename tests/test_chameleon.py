@@ -7,7 +7,7 @@ import pytest
 import torch
 from model_zoo import CHAMELEON_CODES as CODES
 from model_zoo import CHAMELEON_GRID as GRID
-from model_zoo import FAMILIES, chameleon_parts, chameleon_vq_config, image_token_name, uncached_greedy
+from model_zoo import chameleon_parts, chameleon_vq_config, image_token_name
 from transformers import ChameleonVQVAEConfig
 
 from specviz.core.errors import ModelUnavailable
@@ -17,6 +17,7 @@ from specviz.models import hub
 from specviz.models.chameleon.adapter import VQGAN_ENV_VAR, AnoleModel, LuminaMGPTModel
 from specviz.models.networks.vqgan import VQGANDecoder
 from specviz.models.protocol import IMAGE_CELL
+from specviz.models.reference import uncached_greedy
 from specviz.models.registry import MODELS
 
 ROW_END = CODES  # Lumina-mGPT's row-end layout token as a method id
@@ -58,10 +59,10 @@ def test_geometry_anole_plain_grid_lumina_row_end_after_every_row(anole, lumina)
     prefix = [vocab["<racm3:break>"], vocab["<reserved08802>"], vocab["<reserved08802>"]]
     assert lumina.unconditional_ids()[0].tolist() == prefix
     assert lumina.prompt_ids("a red apple")[0, -4:].tolist() == [vocab["<reserved08706>"], *prefix]
-    # Anole: [BOS, text, BOI] against [BOS, BOI]
+    # Anole: [BOS, text, end of turn, BOI] against [BOS, BOI] (test_faithful.py has why)
     assert anole.unconditional_ids()[0].tolist() == [vocab["<s>"], vocab["<racm3:break>"]]
     ids = anole.prompt_ids("a red apple")[0].tolist()
-    assert ids[0] == vocab["<s>"] and ids[-1] == vocab["<racm3:break>"] and len(ids) == 5
+    assert ids[0] == vocab["<s>"] and ids[-2:] == [vocab["<reserved08706>"], vocab["<racm3:break>"]] and len(ids) == 6
 
 
 def test_image_ids_follow_the_codebook_order_of_the_token_names(anole):
@@ -89,7 +90,7 @@ def test_greedy_ar_equals_an_uncached_greedy_loop(model, scale):
     """transformers' `generate()` cannot be the reference: its `forward` masks every image token."""
     greedy = SamplingSettings(temperature=0, guidance_scale=scale)
     ours = run(model, "ar", "a red apple", 0, greedy).tokens
-    assert ours == uncached_greedy(FAMILIES[model.name], model, "a red apple", scale)
+    assert ours == uncached_greedy(model, "a red apple", scale)
 
 
 def test_guidance_changes_the_greedy_image(lumina):

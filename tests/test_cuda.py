@@ -4,7 +4,8 @@ Without CUDA every test here is skipped and says so. On a GPU they run every met
 continuous pair on the device, count the hidden host reads of each window and tree pass there (each
 one a device sync), run passes under CUDA's sync debug mode (an error at any sync but the intended
 ones, on the plain path and on the fast path with its CUDA graphs), prove methods exact with every random
-number drawn on the GPU, run every method on the fast path and the plain path in lock-step, and compare a
+number drawn on the GPU, run every method on the fast path and the plain path in lock-step (on `tiny` and on
+the Lumina-mGPT and LlamaGen test models), and compare a
 session's logits on the GPU with the same session on the CPU; and start the app (`python app.py`) on the GPU
 and race through it.
 """
@@ -23,13 +24,16 @@ from pathlib import Path
 import pytest
 import torch
 from gradio_client import Client
+from model_zoo import CHAMELEON_GRID, chameleon_parts, llamagen_config, llamagen_vq
 from test_app import _race
 
 from specviz.decoding import METHODS, run
 from specviz.decoding.registry import get_method
 from specviz.measure.lossless import check_lossless
 from specviz.measure.syncs import hidden_reads
+from specviz.models.chameleon.adapter import LuminaMGPTModel
 from specviz.models.fast.shadow import ShadowedModel
+from specviz.models.llamagen.adapter import LlamaGenModel, LlamaGenTransformer
 from specviz.models.registry import load_model
 from specviz.trace import Trace
 from specviz.ui.loading import DEVICE_ENV_VAR, MODELS_ENV_VAR, ZERO_GPU_ENV_VAR
@@ -117,7 +121,37 @@ def test_the_fast_path_with_cuda_graphs_gives_the_plain_paths_distributions(tiny
     assert len(trace.tokens) == 256 and shadowed.largest_gap < 1e-4, shadowed.largest_gap
     del shadowed
     gc.collect()  # the sessions are gone: their caches are back in the pool
-    assert 1 in tiny_cuda_fast._static.captured_widths  # the graphs were captured (and replayed)
+    assert 1 in tiny_cuda_fast.static.captured_widths  # the graphs were captured (and replayed)
+
+
+def _family_on_cuda(family: str, fast_path: bool):
+    """A family's random-weight test model (tests/model_zoo.py) with its network on the GPU."""
+    if family == "lumina-mgpt":
+        network, processor = chameleon_parts()
+        return LuminaMGPTModel.from_model(network.cuda(), processor, grid=CHAMELEON_GRID, fast_path=fast_path)
+    torch.manual_seed(0)  # as llamagen_c2i builds it
+    gpt = LlamaGenTransformer(llamagen_config()).cuda()
+    return LlamaGenModel.from_model(gpt, llamagen_vq().cuda(), fast_path=fast_path)
+
+
+@pytest.fixture(scope="module", params=["lumina-mgpt", "llamagen-c2i"])
+def family_cuda(request):
+    """(plain, fast path) of a transformers family (left-padded guidance rows, row-end slots) and of LlamaGen's
+    own GPT (its attention over a static cache)."""
+    return _family_on_cuda(request.param, False), _family_on_cuda(request.param, True)
+
+
+@pytest.mark.parametrize("method", DISCRETE)
+def test_a_familys_fast_path_with_cuda_graphs_gives_the_plain_paths_distributions(family_cuda, method):
+    """The tiny check above on a real family's test model: every pass of the method, guidance on, on the
+    graphed fast path and on the plain path in lock-step."""
+    plain, fast = family_cuda
+    shadowed = ShadowedModel(fast, plain)
+    trace = run(shadowed, method, "a red apple" if plain.name == "lumina-mgpt" else "3", 0)
+    assert len(trace.tokens) == plain.geometry.seq_len and shadowed.largest_gap < 1e-4, shadowed.largest_gap
+    del shadowed
+    gc.collect()
+    assert 1 in fast.static.captured_widths and fast.static.made == 1
 
 
 def test_a_session_on_the_gpu_gives_the_cpu_sessions_logits(tiny_cuda):

@@ -39,10 +39,10 @@ def test_the_reduced_report_times_passes_and_benches_a_method_of_each_family(rep
     pair = {row["method"] for row in data["bench"]["tiny-continuous"]["table"]["results"]}
     assert pair == {"ar"}  # CSpD's bench only on a GPU: a run takes a minute on two cores
     assert list(data["seconds"]) == [
+        *(f"shapes: {name}, {path} path" for path in ("fast", "plain") for name in plan.shapes),
         "tests",
         "tiny: host reads",
         "tiny: pass cost",
-        *(f"shapes: {name}" for name in plan.shapes),
         "tiny: bench",
         "tiny: fast path",
         "tiny-continuous: pass cost",
@@ -58,7 +58,7 @@ def test_the_reduced_report_times_the_fast_path_and_checks_its_distributions(rep
     assert list(rows) == ["ar", "sjd"] and rows["ar"]["plain_speedup"] == rows["ar"]["fast_speedup"] == 1.0
     assert all(row["plain_seconds"] > 0 and row["fast_seconds"] > 0 for row in rows.values())
     assert all(row["largest_gap"] < 1e-4 for row in rows.values())  # float rounding apart (a broken path: 0.9)
-    assert "## The fast path for small models" in page and "| sjd |" in page.split("## The fast path")[1]
+    assert "## The fast path on the embedded models" in page and "| sjd |" in page.split("## The fast path")[1]
 
 
 def test_the_report_refuses_a_folder_it_cannot_write(tmp_path, capsys):
@@ -81,22 +81,46 @@ def test_the_report_runs_the_cuda_tests_which_skip_without_a_gpu(report):
         assert "skipped" in summary and "passed" not in summary
 
 
-def test_the_reduced_report_measures_release_shapes_cut_down(report):
-    """Each shape: AR's time per token, every method's pass (or its refusal) and the predicted speedups."""
+def test_the_reduced_report_measures_release_shapes_cut_down_on_both_paths(report):
+    """Each shape on the fast path, then on the plain path: AR's time per token (no floor on a CPU, said so),
+    every method's pass (or its refusal) and the predicted speedups on both paths."""
     data, page, _ = report
-    shapes = {entry["name"]: entry for entry in data["shapes"]}
-    assert list(shapes) == ["lumina-mgpt-7b", "llamagen-xl"] and "## Release shapes, random weights" in page
-    lumina = shapes["lumina-mgpt-7b"]
-    rows = {row["method"]: row for row in lumina["methods"]}
-    assert set(rows) == {"ar", "sjd", "scd-mc", "eagle2", "peanut", "sjd-pac"}
-    assert rows["ar"]["width"] == 1 and rows["sjd"]["width"] > 1 and rows["eagle2"]["width"] > rows["sjd"]["width"]
-    assert all(row["reads_per_pass"] == 0 and 0 <= row["outside_forward"] < 1 for row in rows.values())
-    sjd = next(row for row in lumina["predicted"] if row["method"] == "sjd")
-    assert sjd["latency"] == pytest.approx(sjd["steps"] * lumina["ar_ms_per_token"] / rows["sjd"]["ms"])
-    llamagen = {row["method"]: row for row in shapes["llamagen-xl"]["methods"]}
-    assert "draft_head" in llamagen["eagle2"]["refused"]  # LlamaGen's adapter has no EAGLE head
-    assert next(row for row in shapes["llamagen-xl"]["predicted"])["latency"] is None
-    assert "| llamagen-xl | eagle2 | drafter head | refused: the head drafter needs" in page
+    shapes = {(entry["name"], entry["path"]): entry for entry in data["shapes"]}
+    paths = [(name, path) for path in ("fast", "plain") for name in ("lumina-mgpt-7b", "llamagen-xl")]
+    assert list(shapes) == paths and "## Release shapes, random weights" in page
+    for path in ("fast", "plain"):
+        lumina = shapes["lumina-mgpt-7b", path]
+        rows = {row["method"]: row for row in lumina["methods"]}
+        assert set(rows) == {"ar", "sjd", "scd-mc", "eagle2", "peanut", "sjd-pac"}
+        assert rows["ar"]["width"] == 1 < rows["sjd"]["width"] < rows["eagle2"]["width"]
+        assert all(row["reads_per_pass"] == 0 and 0 <= row["outside_forward"] < 1 for row in rows.values())
+        sjd = next(row for row in lumina["predicted"] if row["method"] == "sjd")
+        assert sjd["latency"] == pytest.approx(sjd["steps"] * lumina["ar_ms_per_token"] / rows["sjd"]["ms"])
+        assert lumina["floor_ms"] is None and lumina["floor"] == "not given: not a GPU"
+        llamagen = {row["method"]: row for row in shapes["llamagen-xl", path]["methods"]}
+        assert "draft_head" in llamagen["eagle2"]["refused"]  # LlamaGen's adapter has no EAGLE head
+        assert next(row for row in shapes["llamagen-xl", path]["predicted"])["latency"] is None
+        assert f"| llamagen-xl | {path} | eagle2 | drafter head | refused: the head drafter needs" in page
+    assert "static_cache_gb" in shapes["lumina-mgpt-7b", "fast"]
+    assert "static_cache_gb" not in shapes["lumina-mgpt-7b", "plain"]
+    assert "Floor: not given: not a GPU." in page and "| lumina-mgpt-7b | sjd | 2.22 | 2.04x | " in page
+
+
+def test_the_weight_read_floor_is_given_for_the_gpus_the_report_knows(monkeypatch):
+    """An H100 SXM reads LLaMA-7B's 6.75 B bf16 parameters in 4.0 ms, an H200 in 2.8 ms; any other device's
+    floor is not given, and the report says why."""
+    import torch
+
+    from specviz.measure.shapes import weight_read_floor
+
+    cuda = torch.device("cuda")
+    for name, floor, label in [("NVIDIA H100 80GB HBM3", 4.03, "H100 SXM, 3.35 TB/s"), ("NVIDIA H200", 2.81, "H200")]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, name=name: name)
+        ms, said = weight_read_floor(6.75e9, cuda)
+        assert ms == pytest.approx(floor, abs=0.01) and said.startswith(label)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 PCIe")
+    unknown = "not given: the memory bandwidth of NVIDIA H100 PCIe is not known here"
+    assert weight_read_floor(6.75e9, cuda) == (None, unknown)
 
 
 def test_the_release_shapes_have_the_releases_sizes():

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from model_zoo import FAMILIES, llamagen_config, uncached_greedy
+from model_zoo import FAMILIES, llamagen_config
 from model_zoo import LLAMAGEN_CLASSES as CLASSES
 from model_zoo import LLAMAGEN_CODES as CODES
 from model_zoo import LLAMAGEN_VQ as VQ_CONFIG
@@ -24,6 +24,7 @@ from specviz.models.llamagen.adapter import (
     parse_class,
     rotary_table_2d,
 )
+from specviz.models.reference import uncached_greedy
 from specviz.models.registry import MODELS
 
 JACOBI_FAMILY = ["jacobi", "sjd", "scd-mc", "scd-gs", "lantern", "gsd"]
@@ -78,7 +79,7 @@ def test_greedy_ar_equals_an_uncached_greedy_loop_with_guidance(c2i, label):
     """LlamaGen's sampler, greedy, without a cache: both rows re-run over the whole sequence each step."""
     greedy = SamplingSettings(temperature=0, guidance_scale=4.0)
     ours = run(c2i, "ar", str(label), 0, greedy).tokens
-    assert ours == uncached_greedy(FAMILIES["llamagen-c2i"], c2i, str(label), 4.0)
+    assert ours == uncached_greedy(c2i, str(label), 4.0)
     assert ours != run(c2i, "ar", str(label), 0, SamplingSettings(temperature=0, guidance_scale=1.0)).tokens
 
 

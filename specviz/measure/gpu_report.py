@@ -1,24 +1,27 @@
 """`python -m specviz gpu-report --out DIR`: the project's CUDA figures from one command.
 
-It runs the tests marked for CUDA (`tests/test_cuda.py`, skipped without a GPU), then for each
-embedded model it measures three things:
+First the released models' shapes with random weights (`specviz.measure.shapes`: Lumina-mGPT, Anole,
+Janus-Pro, Emu3, LlamaGen-XL), each on its fast path (a static cache, fixed-width passes, CUDA graphs) and
+then each on its plain path: AR's time per token beside the floor of reading the bf16 weights once, pass
+costs, each method's pass and what it spends outside the target's forward, peak memory, and the latency
+each method would reach at its paper's step compression. Then it runs the tests marked for CUDA
+(`tests/test_cuda.py`, skipped without a GPU), and for each embedded model it measures three things:
 - the host reads of every method family per pass (each one a device sync on a GPU);
 - the cost of a model pass over 1 to 65 tokens against a pass over one;
-- bench of every method against AR in the same process: NFE, step compression, latency.
-Then the released models' shapes with random weights (`specviz.measure.shapes`: Lumina-mGPT, Anole, Janus-Pro,
-Emu3, LlamaGen-XL): AR's time per token, pass costs, each method's pass and what it spends outside the
-target's forward, peak memory, and the latency each method would reach at its paper's step compression;
-and MAR-B, -L and -H's pass costs, which give CSpD's cost ratio c. Last, the fast path for small models
-(`specviz.measure.fast_path`): each method on `tiny`'s plain path and on its static cache with CUDA graphs, timed in
-turns, and both paths in lock-step to show that their distributions agree.
+- bench of every method against AR in the same process: NFE, step compression, latency;
+with MAR-B, -L and -H's pass costs, which give CSpD's cost ratio c, and the fast path on `tiny`
+(`specviz.measure.fast_path`): each method on its plain path and on its fast path, timed in turns, and both
+paths in lock-step to show that their distributions agree.
 
-On a CUDA device it runs the shipped prompts x 1 seed with 10 timed repeats of each pass, for every
-method, and the shapes at full size. Elsewhere it runs the same sections at a reduced size, so the command
-itself is tested on the CPU: one prompt, one seed, two repeats, `tiny` and the continuous pair, a window and
-a tree method (AR alone on the pair), two release shapes cut down to two thin layers, no MAR.
-The steps run in the order `sections` gives (checks, release shapes, MAR, then the embedded models'
-benches), the report is rewritten after each, and `budget_s` starts no step after its time: a lent GPU's
-few minutes end in a report of what matters most, with the rest named as not run.
+On a CUDA device it runs the first 3 shipped prompts x 1 seed with 10 timed repeats of each pass, for
+every method, and the shapes at full size, starting no step after 10.5 minutes (a lent GPU's 15 minutes,
+its start and the last step included; `--minutes` sets another limit). Elsewhere it runs the same
+sections at a reduced size, so the command itself is tested on the CPU: one prompt, one seed, two
+repeats, `tiny` and the continuous pair, a window and a tree method (AR alone on the pair), two release
+shapes cut down to two thin layers on both paths, no MAR.
+The steps run in the order `sections` gives (most valuable first), the report is rewritten after each,
+and `budget_s` starts no step after its time: a lent GPU's few minutes end in a report of what matters
+most, with the rest named as not run.
 A run's seconds are wall time. Every pass ends in its one read of the record to the host, so on a GPU
 that time covers the device's work. Writes report.md and report.json.
 """
@@ -51,6 +54,7 @@ from specviz.models.registry import get_entry, load_model
 DISCRETE_MODELS = ("tiny", "tiny-uncertain")
 CONTINUOUS_MODEL = "tiny-continuous"
 PASS_SIZES = (1, 2, 5, 9, 17, 33, 65)
+SHAPE_PATHS = ("fast", "plain")
 MAR_ROWS = (1, 4, 8, 16, 32)  # gamma: the CSpD paper's draft numbers
 # the settings each method family's host reads are counted with (small trees and windows: the count is per pass)
 READ_SETTINGS = {"window": 8, "tree_tokens": 12}
@@ -67,16 +71,20 @@ class Plan:
     models: tuple[str, ...] = ("tiny", CONTINUOUS_MODEL, "tiny-uncertain")
     benched: tuple[str, ...] | None = None  # the methods bench runs (None: all); host reads count every method
     shapes: tuple[str, ...] = tuple(release_shapes())  # the releases' shapes with random weights
+    shape_paths: tuple[str, ...] = SHAPE_PATHS  # each shape on these paths, every shape's fast path first
     shape_scale: float = 1.0  # below 1: every width divided, two layers (the CPU's check of the code)
     shape_passes: int = 10  # timed passes of each method on each shape
     mar: tuple[str, ...] = ("mar-b", "mar-l", "mar-h")  # MAR releases whose pass costs give CSpD's c
     fast_prompts: int = 2  # how many of `prompts` the fast path is timed on (0: no fast path step)
     fast_methods: tuple[str, ...] | None = None  # the methods the fast path runs (None: those benched)
+    minutes: float | None = None  # start no step after this (--minutes overrides); None: no limit
 
 
 def plan_for(device: torch.device) -> Plan:
     if device.type == "cuda":
-        return Plan(tuple(read_prompts(None)), (0,), 10, PASS_SIZES)
+        # within a lent GPU's 15 minutes: its start, then steps started up to 10.5 minutes, the last of them
+        # (the CUDA tests or a bench of 3 prompts) ending within about 3 more
+        return Plan(tuple(read_prompts(None))[:3], (0,), 10, PASS_SIZES, minutes=10.5)
     # on a CPU, a check that the command works: one model of each kind, a window and a tree method (the pair's
     # bench runs AR alone: a CSpD run takes a minute on two cores), two release shapes cut down (a transformers
     # family and LlamaGen's own GPT), no MAR
@@ -87,13 +95,14 @@ def plan_for(device: torch.device) -> Plan:
 
 
 def sections(plan: Plan) -> list[tuple[str, str]]:
-    """(section, step) in the order they run: the checks first, then the release shapes and MAR (the
-    papers' models, where their latency claims live), then each embedded model's bench. A report cut
-    short by its time budget keeps what matters most."""
-    steps = [("tests", "tests")]
+    """(section, step) in the order they run, most valuable first: the release shapes on the fast path (what
+    the papers' models cost a pass without the host's launches), then on the plain path, the checks, MAR
+    (CSpD's cost ratio), then each embedded model's bench. A report cut short by its time budget keeps
+    what matters most."""
+    steps = [("shapes", f"{name}, {path} path") for path in plan.shape_paths for name in plan.shapes]
+    steps += [("tests", "tests")]
     first, *others = plan.models
     steps += [(first, "host reads"), (first, "pass cost")]
-    steps += [("shapes", name) for name in plan.shapes]
     steps += [("mar", "pass costs")] if plan.mar else []
     steps += [(first, "bench")]
     steps += [(first, "fast path")] if get_entry(first).fast_path and plan.fast_prompts else []
@@ -180,8 +189,10 @@ def measure_step(section: str, step: str, plan: Plan, place: torch.device, model
     if section == "tests":
         report["tests"] = cuda_tests()
     elif section == "shapes":
-        shape = release_shapes()[step].scaled(plan.shape_scale)
-        report["shapes"].append(measure_shape(shape, place, plan.sizes, plan.repeats, plan.shape_passes))
+        name, path = step.removesuffix(" path").split(", ")
+        shape = release_shapes()[name].scaled(plan.shape_scale)
+        fast = path == "fast"
+        report["shapes"].append(measure_shape(shape, place, plan.sizes, plan.repeats, plan.shape_passes, fast))
     elif section == "mar":
         costs = {name: mar_costs(name, place, list(MAR_ROWS), repeats=3) for name in plan.mar}
         report["mar"] = {"costs": {name: [asdict(cost) for cost in rows] for name, rows in costs.items()},
@@ -223,10 +234,12 @@ def gpu_report(
 ) -> dict:
     """Measure every section on `device` (those in `only`, where given), writing report.json and report.md
     into `out` after each step, so a run cut off keeps what it measured; no step starts after `budget_s`
-    seconds, and the benches take the plan's first `prompts` prompts, where given. A step that fails is
-    recorded with its error and the report goes on."""
+    seconds (the plan's minutes where not given), and the benches take the plan's first `prompts` prompts,
+    where given. A step that fails is recorded with its error and the report goes on."""
     place = torch.device(device)
     plan = plan or plan_for(place)
+    if budget_s is None and plan.minutes is not None:
+        budget_s = plan.minutes * 60
     if prompts is not None:
         plan = replace(plan, prompts=plan.prompts[:prompts])
     report: dict = {
@@ -307,7 +320,7 @@ def markdown(report: dict) -> str:
     for entry in report["bench"].values():
         lines += ["", entry["markdown"]]
     if report.get("fast_path"):
-        lines += ["", "## The fast path for small models"]
+        lines += ["", "## The fast path on the embedded models"]
         lines += [line for entry in report["fast_path"].values() for line in ("", entry["markdown"])]
     if report["shapes"]:
         lines += ["", *shapes_markdown(report["shapes"])]

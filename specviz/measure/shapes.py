@@ -4,13 +4,16 @@
 figures the method papers report on it. `ShapeModel` builds that decoder from the family's own
 transformers class (LlamaGen: specviz's own GPT, through its adapter) with random weights in the
 device's dtype, behind the session code the family's adapter uses, plus a random EAGLE head of the
-target's width so that the tree methods run too. The weights decide which drafts are accepted, not
-what a pass costs, so these models measure every cost but not acceptance:
+target's width so that the tree methods run too, on the plain path or, as the adapters build it, on the
+fast path (`specviz.models.fast.fixed_passes`: a static cache, fixed-width passes, CUDA graphs). The
+weights decide which drafts are accepted, not what a pass costs, so these models measure every cost but
+not acceptance, on either path:
 
-- AR's time per token, and a pass over 1 .. 65 tokens against a pass over one;
+- AR's time per token beside the device's floor (reading the decoder's bf16 weights once, where the
+  device's memory bandwidth is known), and a pass over 1 .. 65 tokens against a pass over one;
 - each method's pass: the width it feeds the target, its time, and the share of it spent outside the
   target's forward (drafting, the draft head, verification, sampling, the record);
-- host reads per pass and peak device memory;
+- host reads per pass, peak device memory and, on the fast path, its static cache's size;
 - the latency speedup each method would reach at the step compression its paper reports on that model:
   steps x (AR's time per token) / (the method's time per pass).
 
@@ -39,12 +42,15 @@ from specviz.core.settings import SamplingSettings
 from specviz.decoding.registry import get_method
 from specviz.measure.cost import pass_costs
 from specviz.measure.syncs import hidden_reads
+from specviz.models.fast.fixed_passes import StaticPool
 from specviz.models.hub import default_dtype
 from specviz.models.networks.draft_head import DraftHead
 from specviz.models.protocol import IMAGE_CELL, Geometry
 from specviz.models.session import CachedSession, image_head, separate_prompts_session
 
 SAMPLING = SamplingSettings(temperature=1.0, top_k=2000, top_p=1.0, guidance_scale=3.0)
+# the memory bandwidth of the GPUs the report is run on, by the pieces of their name (`torch.cuda.get_device_name`)
+BANDWIDTH = ((("H200",), "H200", 4.8e12), (("H100", "HBM3"), "H100 SXM", 3.35e12))
 # one method of each family at its defaults, the trees with an EAGLE head as their papers run them; a
 # shape's paper figures add their methods at the papers' settings
 METHODS = {"ar": {}, "sjd": {}, "scd-mc": {}, "eagle2": {"drafter": "head"}, "peanut": {"drafter": "head"}}
@@ -145,20 +151,26 @@ class ShapeModel:
 
     reference_generate = None
 
-    def __init__(self, shape: ReleaseShape, device: torch.device | str = "cpu", seed: int = 0):
+    def __init__(
+        self, shape: ReleaseShape, device: torch.device | str = "cpu", seed: int = 0, *, fast_path: bool = False
+    ):
         self.shape = shape
         self.name = shape.name
         self.device = torch.device(device)
         self.default_sampling = SAMPLING
         self.geometry = _geometry(shape)
+        self.fast_path = fast_path
         positions = shape.prompt_tokens + self.geometry.seq_len + 64
         torch.manual_seed(seed)
         with _building_on(self.device):
             if shape.family == "llamagen":
-                self._adapter = _llamagen_adapter(shape, self.device)
+                self._adapter = _llamagen_adapter(shape, self.device, fast_path)
+                self.static = self._adapter.static
                 return
             self._adapter = None
             self.decoder = _transformers_decoder(shape, positions)
+            # on the fast path, the adapters' pooled static caches and fixed-width passes (`fixed_passes`)
+            self.static = StaticPool.for_model(self.decoder.config, self.geometry, self.device) if fast_path else None
             hidden = self.decoder.config.hidden_size
             vocab = self.decoder.config.vocab_size
             # method ids to the decoder's: the image codes (and the row end) sit at the top of its vocabulary
@@ -195,6 +207,7 @@ class ShapeModel:
                 guidance_scale,
                 token_vectors=self.token_vectors,
                 draft_head=self.draft_head,
+                static=self.static,
             )
 
     def decode(self, tokens) -> Image.Image:
@@ -202,7 +215,7 @@ class ShapeModel:
         return Image.new("RGB", (self.geometry.cols * 8, self.geometry.rows * 8), (128, 128, 128))
 
 
-def _llamagen_adapter(shape: ReleaseShape, device: torch.device):
+def _llamagen_adapter(shape: ReleaseShape, device: torch.device, fast_path: bool):
     """LlamaGen's own adapter over its GPT at this shape and a VQ decoder of its codebook size."""
     from specviz.models.llamagen.adapter import LlamaGenConfig, LlamaGenModel, LlamaGenTransformer
     from specviz.models.llamagen.vq import VQDecoder, VQDecoderConfig
@@ -210,7 +223,7 @@ def _llamagen_adapter(shape: ReleaseShape, device: torch.device):
     config = LlamaGenConfig(**shape.decoder)
     small = VQDecoderConfig(config.vocab_size, z_channels=32, base_channels=32, channel_multipliers=(1, 2))
     vq = VQDecoder(small)  # decodes noise anyway: only the GPT is measured
-    return LlamaGenModel.from_model(LlamaGenTransformer(config).eval(), vq, device)
+    return LlamaGenModel.from_model(LlamaGenTransformer(config).eval(), vq, device, fast_path=fast_path)
 
 
 # ---- measuring -----------------------------------------------------------------------------------
@@ -245,15 +258,32 @@ def time_method(model, method: str, settings: dict, passes: int, warmup: int = 2
     return {"ms": statistics.median(times), "width": width, "passes": len(times)}
 
 
-def measure_shape(shape: ReleaseShape, device: torch.device, sizes: tuple[int, ...], repeats: int, passes: int) -> dict:
-    """Every figure of one release shape on `device` (see the module docstring)."""
+def weight_read_floor(parameters: int, device: torch.device) -> tuple[float | None, str]:
+    """The least a pass can cost on `device`: ms to read `parameters` bf16 weights once at its memory
+    bandwidth, and the device as named; None (said so) where its bandwidth is not known here."""
+    if device.type != "cuda":
+        return None, "not given: not a GPU"
+    name = torch.cuda.get_device_name(device)
+    for pieces, label, bandwidth in BANDWIDTH:
+        if all(piece in name for piece in pieces):
+            return parameters * 2 / bandwidth * 1000, f"{label}, {bandwidth / 1e12:.2f} TB/s"
+    return None, f"not given: the memory bandwidth of {name} is not known here"
+
+
+def measure_shape(
+    shape: ReleaseShape, device: torch.device, sizes: tuple[int, ...], repeats: int, passes: int, fast_path: bool
+) -> dict:
+    """Every figure of one release shape on `device`, on its fast path or its plain path (see the module
+    docstring)."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     started = time.perf_counter()
-    model = ShapeModel(shape, device)
-    entry: dict = {"name": shape.name, "family": shape.family, "build_s": round(time.perf_counter() - started, 1)}
+    model = ShapeModel(shape, device, fast_path=fast_path)
+    entry: dict = {"name": shape.name, "family": shape.family, "path": "fast" if fast_path else "plain"}
+    entry["build_s"] = round(time.perf_counter() - started, 1)
     entry["parameters"] = decoder_parameters(model)
+    entry["floor_ms"], entry["floor"] = weight_read_floor(entry["parameters"], device)
     costs = pass_costs(model, "207", sizes, repeats)
     entry["pass_cost"] = [{"tokens": c.tokens, "ms": c.ms, "ratio": c.ratio} for c in costs]
     wanted = {method: {**settings} for method, settings in METHODS.items()}
@@ -279,6 +309,8 @@ def measure_shape(shape: ReleaseShape, device: torch.device, sizes: tuple[int, .
          "latency": f.steps * ar["ms"] / timed[f.method]["ms"] if f.method in timed else None}
         for f in shape.paper
     ]  # fmt: skip
+    if model.static is not None:  # each session was gone before the next began: one cache, back home
+        entry["static_cache_gb"] = round(model.static.cache_bytes / 2**30, 2)
     if device.type == "cuda":
         entry["peak_memory_gb"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
     del model
@@ -292,53 +324,84 @@ def decoder_parameters(model: ShapeModel) -> int:
     return sum(parameter.numel() for name, parameter in decoder.named_parameters() if not name.startswith("output"))
 
 
+def _cell(value: float | None, form: str) -> str:
+    """A number in a table, "-" where there is none."""
+    return "-" if value is None else format(value, form)
+
+
 def shapes_markdown(entries: list[dict]) -> list[str]:
-    """The report's section: per shape its pass costs, each method's pass and the predicted speedups."""
+    """The report's section: per shape and path its AR time beside the weight-read floor and its pass costs,
+    each method's pass, and the predicted speedups on both paths."""
+    sizes = sorted({cost["tokens"] for entry in entries for cost in entry["pass_cost"]} - {1})
     lines = [
         "## Release shapes, random weights",
         "",
         "Each release's decoder at its own shapes, weights random in the device's dtype, behind its family's "
-        "session code. Acceptance means nothing here (the weights are random); what a pass costs is a release's.",
+        "session code, on the fast path (a static cache, passes padded to powers of two, CUDA graphs on a GPU) "
+        "and on the plain path. Acceptance means nothing here (the weights are random); what a pass costs is a "
+        "release's. The floor is the least a pass can cost: the decoder's parameters x 2 bytes (bf16) read once "
+        "at the device's memory bandwidth; a fast-path pass also reads its whole static cache (its attention "
+        "spans every slot), and pads to a power of two (a pass of 65 tokens runs 128).",
         "",
-        "| model | decoder parameters | AR ms / token | pass of 17 / 1 | pass of 65 / 1 | peak GB |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| model | path | decoder parameters | AR ms / token | floor ms | AR / floor | "
+        + " | ".join(f"pass of {n} / 1" for n in sizes)
+        + " | static cache GB | peak GB |",
+        "|---|---|---:|---:|---:|---:|" + "---:|" * len(sizes) + "---:|---:|",
     ]
     for entry in entries:
         ratio = {cost["tokens"]: f"{cost['ratio']:.2f}" for cost in entry["pass_cost"]}
-        cells = [entry["name"], f"{entry['parameters'] / 1e9:.2f} B", f"{entry['ar_ms_per_token']:.2f}"]
-        cells += [ratio.get(17, "-"), ratio.get(65, "-"), str(entry.get("peak_memory_gb", "-"))]
+        ar, floor = entry["ar_ms_per_token"], entry["floor_ms"]
+        cells = [entry["name"], entry["path"], f"{entry['parameters'] / 1e9:.2f} B", f"{ar:.2f}"]
+        cells += [_cell(floor, ".2f"), _cell(None if floor is None else ar / floor, ".1f")]
+        cells += [ratio.get(n, "-") for n in sizes]
+        cells += [str(entry.get("static_cache_gb", "-")), str(entry.get("peak_memory_gb", "-"))]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Floor: " + "; ".join(sorted({entry["floor"] for entry in entries})) + "."]
     lines += [
         "",
         "A method's pass: the tokens it fed the target, its time, the target's forward over as many tokens, the "
         "share spent outside that forward (drafting, a draft head, verification, sampling, the record) and its "
         "hidden host reads.",
         "",
-        "| model | method | settings | tokens per pass | ms per pass | forward ms | outside the forward | reads |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| model | path | method | settings | tokens per pass | ms per pass | forward ms | outside the forward "
+        "| reads |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for entry in entries:
         for row in entry["methods"]:
             settings = ", ".join(f"{key} {value}" for key, value in row["settings"].items()) or "defaults"
-            cells = [entry["name"], row["method"], settings]
+            cells = [entry["name"], entry["path"], row["method"], settings]
             if "refused" in row:
                 cells += ["refused: " + row["refused"].split(";")[0], "", "", "", ""]
             else:
                 cells += [f"{row['width']:.1f}", f"{row['ms']:.2f}", f"{row['forward_ms']:.2f}"]
                 cells += [f"{row['outside_forward']:.0%}", f"{row['reads_per_pass']:.1f}"]
             lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
+    return [*lines, "", *_predicted_lines(entries)]
+
+
+def _predicted_lines(entries: list[dict]) -> list[str]:
+    """The paper figures' predicted latency on each path, beside AR's ms per token there and the floor."""
+    lines = [
         "The latency each method would reach at its paper's step compression on that model: steps x AR's ms per "
-        "token / the method's ms per pass.",
+        "token / the method's ms per pass, on each path; beside it AR's ms per token on the fast path, the plain "
+        "path and the floor.",
         "",
-        "| model | method | paper's steps | paper's latency | predicted here | source |",
-        "|---|---|---:|---:|---:|---|",
+        "| model | method | paper's steps | paper's latency | predicted, fast path | predicted, plain path | "
+        "AR ms / token: fast, plain, floor | source |",
+        "|---|---|---:|---:|---:|---:|---|---|",
     ]
+    shapes: dict[str, dict[str, dict]] = {}
     for entry in entries:
-        for row in entry["predicted"]:
-            paper = "-" if row["paper_latency"] is None else f"{row['paper_latency']:.2f}x"
-            here = "-" if row["latency"] is None else f"{row['latency']:.2f}x"
-            cells = [entry["name"], row["method"], f"{row['steps']:.2f}", paper, here, row["where"]]
-            lines.append("| " + " | ".join(cells) + " |")
+        shapes.setdefault(entry["name"], {})[entry["path"]] = entry
+    for name, paths in shapes.items():
+        first = next(iter(paths.values()))
+        ar = [f"{paths[path]['ar_ms_per_token']:.2f}" if path in paths else "-" for path in ("fast", "plain")]
+        ar_cells = ", ".join([*ar, _cell(first["floor_ms"], ".2f")])
+        for index, figure in enumerate(first["predicted"]):
+            here = [paths[path]["predicted"][index]["latency"] if path in paths else None for path in ("fast", "plain")]
+            paper = "-" if figure["paper_latency"] is None else f"{figure['paper_latency']:.2f}x"
+            cells = [name, figure["method"], f"{figure['steps']:.2f}", paper]
+            cells += ["-" if value is None else f"{value:.2f}x" for value in here]
+            lines.append("| " + " | ".join([*cells, ar_cells, figure["where"]]) + " |")
     return lines

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from specviz.core.errors import ModelUnavailable
 from specviz.models.protocol import BLANK, Geometry
 
 GIB = 1024**3
+T = TypeVar("T")
 # bf16 weights plus room for activations, the KV cache of two guidance rows and the allocator
 MEMORY_OVERHEAD = 1.15
 MEMORY_MARGIN_GIB = 2.0
@@ -96,10 +98,42 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def _unavailable(name: str, weights: str, error: Exception, default_id: str) -> ModelUnavailable:
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """An error's message as one line (its first non-empty line, at most `limit` characters), so that a
+    refusal stays one line whatever the library below wrote."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """All of an error's message on one line, for errors whose first line says little (torch's
+    `load_state_dict`: "Error(s) in loading state_dict for X:", the mismatches below it)."""
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError))
+
+
+def memory_unavailable(name: str, device: torch.device | str, error: BaseException) -> ModelUnavailable:
+    """The refusal for memory that ran out while loading onto `device` (GPU or host memory)."""
+    elsewhere = ", or use --device cpu" if torch.device(device).type == "cuda" else ""
+    return ModelUnavailable(
+        f"{name}: ran out of memory loading onto {device} ({first_line(error, 160)}); free the memory other "
+        f"programs hold or pick a smaller variant{elsewhere}"
+    )
+
+
+def _unavailable(
+    name: str, weights: str, error: BaseException, default_id: str, device: torch.device | str = "cpu"
+) -> ModelUnavailable:
+    if out_of_memory(error):
+        return memory_unavailable(name, device, error)
     where = f"local folder {weights}" if looks_like_path(weights) else f"hub id {weights}"
     return ModelUnavailable(
-        f"{name}: cannot load weights from {where} ({str(error).splitlines()[0]}); "
+        f"{name}: cannot load weights from {where} ({first_line(error)}); "
         f"download {default_id} where you have network and pass its folder with --weights PATH, "
         f"or pass another hub id with --weights"
     )
@@ -130,6 +164,24 @@ def check_gpu_memory(
         )
 
 
+def adapted(name: str, device: torch.device | str, build: Callable[[], T]) -> T:
+    """`build()`, which wraps a loaded network in its adapter, with its refusals as one-line
+    `ModelUnavailable`s: a network whose vocabulary or codebook is not the family's (the adapters'
+    ValueError), or memory that runs out."""
+    try:
+        return build()
+    except (torch.OutOfMemoryError, MemoryError) as error:
+        raise memory_unavailable(name, device, error) from error
+    except ValueError as error:
+        message = first_line(error)  # the adapters' messages mostly start with "family:" already
+        named = message.split(" ", 1)[0].endswith(":")
+        raise ModelUnavailable(message if named else f"{name}: {message}") from error
+
+
+# (checkpoint key, checkpoint tensor, the model's shape) -> the tensor in the model's layout, or None
+Reshape = Callable[[str, torch.Tensor, torch.Size], torch.Tensor | None]
+
+
 def load_pretrained(
     name: str,
     model_cls,
@@ -139,8 +191,13 @@ def load_pretrained(
     default_id: str,
     env_var: str,
     smaller: str | None = None,
+    reshape: Reshape | None = None,
 ):
-    """(model, processor) from a local folder or hub id, in eval mode on `device`; never remote code."""
+    """(model, processor) from a local folder or hub id, in eval mode on `device`; never remote code.
+
+    Any failure (a missing or broken file, weights of the wrong shape, memory) is a one-line
+    `ModelUnavailable`. A weight whose shape differs from the model's is taken only where `reshape`
+    turns it into the model's layout (a family's known alternative layout), else refused."""
     from transformers import AutoConfig, AutoProcessor
 
     device = torch.device(device)
@@ -156,18 +213,100 @@ def load_pretrained(
     else:
         hint = f"download {default_id} where you have network and pass its folder with --weights PATH"
         require_hub(name, source, ("config.json",), hint)
+    check_device(name, device)
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False)
-    except (OSError, ValueError) as error:
-        raise _unavailable(name, source, error, default_id) from error
-    check_device(name, device)
-    check_gpu_memory(name, lambda: model_cls._from_config(config), device, smaller)
-    try:
+        check_gpu_memory(name, lambda: model_cls._from_config(config), device, smaller)
         processor = AutoProcessor.from_pretrained(source, trust_remote_code=False)
-        model = model_cls.from_pretrained(source, dtype=default_dtype(device), trust_remote_code=False)
-    except (OSError, ValueError) as error:
-        raise _unavailable(name, source, error, default_id) from error
-    return model.to(device).eval().requires_grad_(False), processor
+        # mismatched shapes are settled below, with a message that names them
+        model, info = model_cls.from_pretrained(
+            source,
+            dtype=default_dtype(device),
+            trust_remote_code=False,
+            ignore_mismatched_sizes=True,
+            output_loading_info=True,
+        )
+        settle_mismatches(name, model, source, info.get("mismatched_keys", ()), reshape)
+        model = model.to(device)
+    except ModelUnavailable:
+        raise
+    except Exception as error:  # whatever transformers, safetensors or the hub raise: one line
+        raise _unavailable(name, source, error, default_id, device) from error
+    return model.eval().requires_grad_(False), processor
+
+
+def settle_mismatches(
+    name: str,
+    model: torch.nn.Module,
+    source: str,
+    mismatched: Iterable[tuple[str, Sequence[int], Sequence[int]]],
+    reshape: Reshape | None,
+) -> None:
+    """Put the checkpoint's tensors that transformers could not load for their shape into `model` in its
+    layout, as `reshape` gives them; refuse in one line, naming a few, where it gives none."""
+    mismatched = sorted((key, torch.Size(found), torch.Size(expected)) for key, found, expected in mismatched)
+    if not mismatched:
+        return
+    # decide on shapes alone first (meta tensors), so that nothing is read for a checkpoint we refuse
+    refused = [
+        (key, found, expected)
+        for key, found, expected in mismatched
+        if not _fits(reshape, key, torch.empty(found, device="meta"), expected)
+    ]
+    if refused:
+        named = ", ".join(
+            f"{key} is {tuple(found)} in the checkpoint, {tuple(expected)} in the model"
+            for key, found, expected in refused[:3]
+        )
+        more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
+        raise ModelUnavailable(
+            f"{name}: the weights in {source} do not fit its config.json: {named}{more}; pass an unmodified "
+            "checkpoint of this model"
+        )
+    tensors = checkpoint_tensors(name, source, [key for key, _, _ in mismatched])
+    with torch.no_grad():
+        for key, _, expected in mismatched:
+            parameter = model.get_parameter(key)
+            parameter.copy_(reshape(key, tensors[key], expected).to(parameter.dtype))
+
+
+def _fits(reshape: Reshape | None, key: str, tensor: torch.Tensor, expected: torch.Size) -> bool:
+    if reshape is None:
+        return False
+    reshaped = reshape(key, tensor, expected)
+    return reshaped is not None and reshaped.shape == expected
+
+
+def checkpoint_tensors(name: str, source: str, keys: list[str]) -> dict[str, torch.Tensor]:
+    """The named tensors as the safetensors checkpoint at `source` (a folder, or a hub id already in the
+    cache, as `from_pretrained` leaves it) stores them."""
+    from safetensors import safe_open
+
+    def weight_file(file: str) -> Path | None:
+        if looks_like_path(source):
+            path = Path(source) / file
+            return path if path.is_file() else None
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(source, file)
+        return Path(found) if isinstance(found, str) else None
+
+    index = weight_file("model.safetensors.index.json")
+    if index is not None:
+        import json
+
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = {key: weight_map.get(key) for key in keys}
+    else:
+        files = dict.fromkeys(keys, "model.safetensors")
+    tensors = {}
+    for key, file in files.items():
+        path = weight_file(file) if file else None
+        if path is None:
+            raise ModelUnavailable(f"{name}: cannot find {key} in the safetensors files of {source}")
+        with safe_open(str(path), framework="pt") as handle:
+            tensors[key] = handle.get_tensor(key)
+    return tensors
 
 
 def read_checkpoint(
@@ -186,8 +325,10 @@ def read_checkpoint(
         with torch.serialization.safe_globals([argparse.Namespace]):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
+        if out_of_memory(error):
+            raise memory_unavailable(name, "cpu", error) from error
         raise ModelUnavailable(
-            f"{name}: cannot read {path} safely ({str(error).splitlines()[0]}); it must be a torch.save'd dict "
+            f"{name}: cannot read {path} safely ({first_line(error)}); it must be a torch.save'd dict "
             "of tensors (weights_only) or a safetensors file"
         ) from error
     for key in prefer:

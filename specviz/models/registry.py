@@ -142,10 +142,10 @@ def _class_names() -> list[str]:
     return [class_label(index) for index in range(len(class_names()))]
 
 
-def _janus_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+def _janus_load(weights: str | None = None, device: str = "cpu", fast_path: bool = False) -> ImageModel:
     from specviz.models.janus.adapter import JanusProModel
 
-    return JanusProModel.load(weights, device)
+    return JanusProModel.load(weights, device, fast_path=fast_path)
 
 
 def _janus_offline() -> str | None:
@@ -161,10 +161,10 @@ def _janus_sampling() -> SamplingSettings:
     return JanusProModel.default_sampling
 
 
-def _emu3_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+def _emu3_load(weights: str | None = None, device: str = "cpu", fast_path: bool = False) -> ImageModel:
     from specviz.models.emu3.adapter import Emu3Model
 
-    return Emu3Model.load(weights, device)
+    return Emu3Model.load(weights, device, fast_path=fast_path)
 
 
 def _emu3_offline() -> str | None:
@@ -180,10 +180,10 @@ def _emu3_sampling() -> SamplingSettings:
     return Emu3Model.default_sampling
 
 
-def _anole_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+def _anole_load(weights: str | None = None, device: str = "cpu", fast_path: bool = False) -> ImageModel:
     from specviz.models.chameleon.adapter import AnoleModel
 
-    return AnoleModel.load(weights, device)
+    return AnoleModel.load(weights, device, fast_path=fast_path)
 
 
 def _anole_offline() -> str | None:
@@ -198,10 +198,10 @@ def _anole_sampling() -> SamplingSettings:
     return AnoleModel.default_sampling
 
 
-def _lumina_load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+def _lumina_load(weights: str | None = None, device: str = "cpu", fast_path: bool = False) -> ImageModel:
     from specviz.models.chameleon.adapter import LuminaMGPTModel
 
-    return LuminaMGPTModel.load(weights, device)
+    return LuminaMGPTModel.load(weights, device, fast_path=fast_path)
 
 
 def _lumina_offline() -> str | None:
@@ -217,10 +217,10 @@ def _lumina_sampling() -> SamplingSettings:
 
 
 def _llamagen_load(variant: str) -> Callable[..., ImageModel]:
-    def load(weights: str | None = None, device: str = "cpu") -> ImageModel:
+    def load(weights: str | None = None, device: str = "cpu", fast_path: bool = False) -> ImageModel:
         from specviz.models.llamagen.adapter import LlamaGenModel
 
-        return LlamaGenModel.load(weights, device, variant=variant)
+        return LlamaGenModel.load(weights, device, variant=variant, fast_path=fast_path)
 
     return load
 
@@ -273,6 +273,7 @@ MODELS: dict[str, ModelEntry] = {
         _janus_load,
         _janus_offline,
         _janus_sampling,
+        fast_path=True,
     ),
     "emu3": ModelEntry(
         "emu3",
@@ -281,6 +282,7 @@ MODELS: dict[str, ModelEntry] = {
         _emu3_load,
         _emu3_offline,
         _emu3_sampling,
+        fast_path=True,
     ),
     "anole": ModelEntry(
         "anole",
@@ -289,6 +291,7 @@ MODELS: dict[str, ModelEntry] = {
         _anole_load,
         _anole_offline,
         _anole_sampling,
+        fast_path=True,
     ),
     "lumina-mgpt": ModelEntry(
         "lumina-mgpt",
@@ -298,6 +301,7 @@ MODELS: dict[str, ModelEntry] = {
         _lumina_load,
         _lumina_offline,
         _lumina_sampling,
+        fast_path=True,
     ),
     "llamagen-c2i": ModelEntry(
         "llamagen-c2i",
@@ -307,6 +311,7 @@ MODELS: dict[str, ModelEntry] = {
         _llamagen_offline("c2i"),
         _llamagen_sampling("c2i"),
         _class_names,
+        fast_path=True,
     ),
     "llamagen-t2i": ModelEntry(
         "llamagen-t2i",
@@ -315,6 +320,7 @@ MODELS: dict[str, ModelEntry] = {
         _llamagen_load("t2i"),
         _llamagen_offline("t2i"),
         _llamagen_sampling("t2i"),
+        fast_path=True,
     ),
     "mar-b": ModelEntry(
         "mar-b",

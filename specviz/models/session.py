@@ -9,8 +9,9 @@ from the cache (`crop(-n)`, a negative count in transformers 5); an accepted tre
 the first tokens appended is gathered into place first, as EAGLE does.
 
 A plain chain pass over unpadded prompts passes no mask and no positions, so the model takes its
-own causal fast path. Over a static cache (`specviz.models.fast.fixed_passes`, the fast path for small models)
-every pass passes both: its keys span the cache's whole length, the slots not written yet included.
+own causal fast path. Over a static cache (`specviz.models.fast.fixed_passes`, the fast path, which
+`prefilled_session` moves a prefilled prompt onto) every pass passes both: its keys span the cache's
+whole length, the slots not written yet included.
 """
 
 from __future__ import annotations
@@ -26,15 +27,10 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, StaticCache
 
+from specviz.models.fast.fixed_passes import RunFn, StaticPool, rewind_static_cache
 from specviz.models.protocol import IMAGE_CELL, Geometry
 from specviz.models.syncing import intended_sync
 
-# (tokens (rows, n), cache, attention_mask (rows, 1, n, cache length after the pass) bool or None,
-#  position_ids (rows, n) or None) -> raw logits (rows, n, V): one model pass appending n tokens per row.
-#  A model with a draft head returns (raw logits, last hidden states (rows, n, H)).
-RunFn = Callable[
-    [torch.Tensor, Any, torch.Tensor | None, torch.Tensor | None], torch.Tensor | tuple[torch.Tensor, torch.Tensor]
-]
 CombineFn = Callable[[torch.Tensor, float], torch.Tensor]
 
 
@@ -353,14 +349,6 @@ class CachedSession:
         return torch.where((forced != IMAGE_CELL)[:, None], one_hot, logits)
 
 
-def rewind_static_cache(cache: StaticCache, count: int) -> None:
-    """Move a static cache's write position back by `count` slots, on the device and without a sync, as
-    transformers' own `crop` of a static layer does (a method not every transformers 5 release has)."""
-    with torch.inference_mode():  # the position is an inference tensor, written in place
-        for layer in cache.layers:
-            layer.cumulative_length.sub_(count)
-
-
 # ---- transformers models -------------------------------------------------------------------------
 
 
@@ -431,10 +419,12 @@ def separate_prompts_session(
     combine: CombineFn = combine_guidance,
     token_vectors: torch.Tensor | None = None,
     draft_head=None,
+    static: StaticPool | None = None,
 ) -> CachedSession:
     """A session over prompt rows (1, L) of any lengths, row 0 conditional, for a transformers decoder
     that takes input ids and returns `last_hidden_state`; `input_ids` maps method ids to its ids. With an
     EAGLE `draft_head` (`specviz.models.networks.draft_head`), every pass also keeps the decoder's last hidden states.
+    With `static` (the model's pool), the session runs on the fast path (`prefilled_session`).
 
     Each row is prefilled alone, so no padding enters a prefill; the rows are then merged left-padded,
     and the session hides the padding and counts positions from each row's first real token, so every
@@ -450,7 +440,7 @@ def separate_prompts_session(
     prompt = PromptRows.left_padded(lengths, last[0].device)
     cache = caches[0] if len(caches) == 1 else merge_left_padded(caches, prompt.width, decoder.config)
 
-    def run(tokens: torch.Tensor, cache: DynamicCache, mask: torch.Tensor | None, positions: torch.Tensor | None):
+    def run(tokens: torch.Tensor, cache: Any, mask: torch.Tensor | None, positions: torch.Tensor | None):
         hidden = decoder(
             input_ids=input_ids[tokens],
             attention_mask=transformers_mask(mask, decoder.config, decoder.dtype),
@@ -460,15 +450,38 @@ def separate_prompts_session(
         ).last_hidden_state
         return (head(hidden), hidden) if draft_head is not None else head(hidden)
 
-    return CachedSession(
+    return prefilled_session(
         geometry,
         cache,
         prompt,
         head(torch.cat(last)),
         run,
         guidance_scale,
+        static=static,
         combine=combine,
         token_vectors=token_vectors,
         draft_head=draft_head,
         prefill_features=torch.cat(last) if draft_head is not None else None,
     )
+
+
+def prefilled_session(
+    geometry: Geometry,
+    cache: DynamicCache,
+    prompt: PromptRows,
+    prefill_logits: torch.Tensor,
+    run: RunFn,
+    guidance_scale: float,
+    *,
+    static: StaticPool | None = None,
+    **options: Any,
+) -> CachedSession:
+    """A `CachedSession` over a prompt prefilled in `cache`; with `static` (the model's pool on the fast
+    path), over a static cache of the pool holding the same keys and values, every pass run by its
+    fixed-width passes (`specviz.models.fast.fixed_passes`). `options` go to `CachedSession`."""
+    if static is None:
+        return CachedSession(geometry, cache, prompt, prefill_logits, run, guidance_scale, **options)
+    passes = static.holding(cache, run)
+    session = CachedSession(geometry, passes.cache, prompt, prefill_logits, passes, guidance_scale, **options)
+    static.keep_until_gone(session, passes)
+    return session

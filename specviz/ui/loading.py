@@ -127,9 +127,10 @@ def device_for(name: str) -> str:
 
 def fast_path_for(name: str, device: str) -> bool:
     """Whether a model loads on its fast path (static cache, CUDA graphs), as `--fast-path` loads it on the
-    command line: on CUDA where the model has one, though not on ZeroGPU, whose GPU work runs in a forked
-    worker per call that would capture the graphs again each time."""
-    return device == "cuda" and get_entry(name).fast_path and not on_zero_gpu()
+    command line: an embedded model on CUDA, though not on ZeroGPU, whose GPU work runs in a forked worker
+    per call that would capture the graphs again each time. A released model's fast path is the command
+    line's choice: its static caches take gigabytes a session (Lumina-mGPT 7B's about 9, and a race holds two)."""
+    return device == "cuda" and name in EMBEDDED_MODELS and get_entry(name).fast_path and not on_zero_gpu()
 
 
 def get_model(name: str) -> ImageModel:

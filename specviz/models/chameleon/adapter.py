@@ -9,9 +9,11 @@ Logits: transformers' `forward` masks every image token (Chameleon's released ch
 meant to draw), so we take `model.model(...).last_hidden_state` and apply the LM head rows of the
 image tokens ourselves, in codebook order. Guidance uses a conditional and an unconditional batch
 row, combined on raw logits as `uncond + scale * (cond - uncond)`:
-- Anole (Chameleon's inference code, `ImageDecoder`): rows `[BOS, text, BOI]` and `[BOS, BOI]`
-  (for a text-only prompt the "image-conditioned" row of its three-way guidance equals the
-  unconditional one, so the three-way formula reduces to this); a plain 32 x 32 grid at 512 px.
+- Anole (its `text2image.py` on Chameleon's inference code): rows `[BOS, text, EOT, BOI]` and
+  `[BOS, BOI]`, EOT being the end-of-turn `<reserved08706>` (the sep token transformers'
+  `ChameleonProcessor` appends to the text too). The `ImageDecoder`'s "image-conditioned" row keeps
+  only BOS, image tokens and image delimiters, so for a text-only prompt it equals the unconditional
+  row and its three-way guidance reduces to this; a plain 32 x 32 grid at 512 px.
 - Lumina-mGPT (`LLMImageStartTriggeredUnbatchedClassifierFreeGuidanceLogitsProcessor`): the
   unconditional row is the image part only, `[BOI, height token, width token]`; the two resolution
   tokens `<reserved{8800 + px // 32:05d}>` are part of the prefill; every row of 48 image tokens
@@ -24,12 +26,19 @@ attention mask hides, with position ids counted from each row's first real token
 what it sees when run alone.
 
 Pixels: transformers has no VQGAN decoder; `specviz.models.networks.vqgan` implements it and loads the
-released `tokenizer/vqgan.ckpt` (or a safetensors conversion).
+released `tokenizer/vqgan.ckpt` (or a safetensors conversion). The codebook vectors LANTERN and GSD
+read come from that checkpoint too: transformers' copy of the VQ model is left random (with a
+warning) where a transformers checkpoint lacks it.
+
+Lumina-mGPT's own Chameleon class keeps each query/key norm per model-parallel shard,
+`(model_parallel_size, head_dim)`, repeated over the shard's heads; transformers keeps one per head.
+`expand_qk_norm` loads the former as the latter, which is the same network.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -38,13 +47,14 @@ from PIL import Image
 from specviz.core.errors import ModelUnavailable
 from specviz.core.settings import SamplingSettings
 from specviz.models import hub
+from specviz.models.fast.fixed_passes import StaticPool
 from specviz.models.networks.vqgan import VQGANDecoder
 from specviz.models.protocol import IMAGE_CELL, Geometry
 from specviz.models.session import CachedSession, image_head, separate_prompts_session
 
 BOI_TOKEN = "<racm3:break>"
 ROW_END_TOKEN = "<reserved08799>"  # Lumina-mGPT's end of an image row
-END_OF_TURN_TOKEN = "<reserved08706>"  # Lumina-mGPT's end of a conversation turn
+END_OF_TURN_TOKEN = "<reserved08706>"  # Chameleon's end of a turn (`eot_id`, the processor's sep token)
 VQGAN_ENV_VAR = "SPECVIZ_CHAMELEON_VQGAN"
 VQGAN_FILES = (
     "vqgan.safetensors",
@@ -54,11 +64,24 @@ VQGAN_FILES = (
     "chameleon/tokenizer/vqgan.ckpt",
 )
 MEAN = STD = torch.tensor((0.5, 0.5, 0.5))  # the VQGAN decodes to [-1, 1]
+QK_NORM_KEY = re.compile(r"\.self_attn\.[qk]_norm\.(weight|bias)$")
 
 
 def grid_token(grids: int) -> str:
     """Lumina-mGPT's resolution token for a side of `grids` 32-pixel patches (two image tokens each)."""
     return f"<reserved{8800 + grids:05d}>"
+
+
+def expand_qk_norm(key: str, tensor: torch.Tensor, shape: torch.Size) -> torch.Tensor | None:
+    """A query/key norm stored per model-parallel shard, (shards, head_dim) as Lumina-mGPT's
+    `ChameleonLayerNorm` holds it, in transformers' per-head layout (heads, head_dim): each shard's row
+    repeated over its heads, as Lumina's `repeat_param` does. None for any other mismatch."""
+    if not QK_NORM_KEY.search(key) or tensor.dim() != 2 or len(shape) != 2 or tensor.shape[1] != shape[1]:
+        return None
+    shards, heads = tensor.shape[0], shape[0]
+    if shards == 0 or heads % shards:
+        return None
+    return tensor.repeat_interleave(heads // shards, dim=0)
 
 
 def find_vqgan(folder: str | os.PathLike | None) -> Path | None:
@@ -95,6 +118,7 @@ class ChameleonImageModel:
         *,
         decoder: VQGANDecoder | None = None,
         grid: int | None = None,
+        fast_path: bool = False,
     ):
         self.network = network.eval().requires_grad_(False)
         self.processor = processor
@@ -130,12 +154,16 @@ class ChameleonImageModel:
         head = network.lm_head.weight.detach()[self.image_ids].contiguous()
         self._head = image_head(head, layout_tokens=int(self.row_ends))
 
-        embedding = network.model.vqmodel.quantize.embedding.weight.detach().float()[:codes]
+        self.decoder = decoder if decoder is not None else VQGANDecoder.from_vqmodel(network.model.vqmodel)
+        # the codebook that draws the pixels (see the module docstring)
+        embedding = self.decoder.quantize.embedding.weight.detach().float()[:codes]
         if self.row_ends:
             far = embedding.abs().max() * 1e4 + 1e4  # the layout token sits far from every code
             embedding = torch.cat([embedding, torch.full((1, embedding.shape[1]), float(far))])
         self.token_vectors = embedding.to(self.device)
-        self.decoder = decoder if decoder is not None else VQGANDecoder.from_vqmodel(network.model.vqmodel)
+        # on the fast path, sessions over pooled static caches with fixed-width passes (`fixed_passes`)
+        self.fast_path = fast_path
+        self.static = StaticPool.for_model(network.model.config, self.geometry, self.device) if fast_path else None
 
     @classmethod
     def from_model(cls, network, processor, device=None, **options):
@@ -143,7 +171,7 @@ class ChameleonImageModel:
         return cls(network, processor, device, **options)
 
     @classmethod
-    def load(cls, weights: str | None = None, device: str = "cpu"):
+    def load(cls, weights: str | None = None, device: str = "cpu", fast_path: bool = False):
         from transformers import ChameleonForConditionalGeneration
 
         source = hub.resolve_weights(weights, cls.env_var, cls.hub_id)
@@ -157,11 +185,21 @@ class ChameleonImageModel:
                 f"--weights folder, or set {VQGAN_ENV_VAR}=PATH"
             )
         network, processor = hub.load_pretrained(
-            cls.name, ChameleonForConditionalGeneration, source, device, default_id=cls.hub_id, env_var=cls.env_var
+            cls.name,
+            ChameleonForConditionalGeneration,
+            source,
+            device,
+            default_id=cls.hub_id,
+            env_var=cls.env_var,
+            reshape=expand_qk_norm,
         )
-        decoder = VQGANDecoder.from_vqmodel(network.model.vqmodel)
-        decoder.load_weights(vqgan)
-        return cls(network, processor, device, decoder=decoder)
+
+        def build() -> ChameleonImageModel:
+            decoder = VQGANDecoder.from_vqmodel(network.model.vqmodel)
+            decoder.load_weights(vqgan)
+            return cls(network, processor, device, decoder=decoder, fast_path=fast_path)
+
+        return hub.adapted(cls.name, device, build)
 
     @classmethod
     def offline(cls) -> str | None:
@@ -212,6 +250,7 @@ class ChameleonImageModel:
             self._head,
             guidance_scale,
             token_vectors=self.token_vectors,
+            static=self.static,
         )
 
     # ---- pixels --------------------------------------------------------------------------------
@@ -238,9 +277,12 @@ class AnoleModel(ChameleonImageModel):
     default_sampling = SamplingSettings(temperature=0.7, top_k=None, top_p=0.9, guidance_scale=3.0)
 
     def prompt_ids(self, prompt: str) -> torch.Tensor:
-        return self._tensor([*self._bos(), *self._text_ids(prompt), self._token_id(BOI_TOKEN)])
+        """[BOS, text, end of turn, begin-of-image], as Anole's text2image.py sends it."""
+        turn = [*self._bos(), *self._text_ids(prompt), self._token_id(END_OF_TURN_TOKEN)]
+        return self._tensor([*turn, self._token_id(BOI_TOKEN)])
 
     def unconditional_ids(self) -> torch.Tensor:
+        """[BOS, begin-of-image]: the `ImageDecoder`'s unconditional row."""
         return self._tensor([*self._bos(), self._token_id(BOI_TOKEN)])
 
 
@@ -253,7 +295,8 @@ class LuminaMGPTModel(ChameleonImageModel):
     default_grid = 48
     row_ends = True
     # the defaults of Lumina-mGPT's inference solver (`create_logits_processor`: guidance 3, image top-k 2000)
-    # at temperature 1; its image generation demo samples with guidance 3 and image top-k 4000
+    # at temperature 1; its image generation demo (demos/demo_image_generation.py) starts at guidance 3 and
+    # image top-k 4000, its README's example at guidance 4 and image top-k 2000
     default_sampling = SamplingSettings(temperature=1.0, top_k=2000, top_p=1.0, guidance_scale=3.0)
 
     @property

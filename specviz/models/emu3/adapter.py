@@ -26,6 +26,7 @@ from PIL import Image
 
 from specviz.core.settings import SamplingSettings
 from specviz.models import hub
+from specviz.models.fast.fixed_passes import StaticPool
 from specviz.models.protocol import IMAGE_CELL, Geometry
 from specviz.models.session import CachedSession, image_head, separate_prompts_session
 
@@ -69,6 +70,7 @@ class Emu3Model:
         image_area: int | None = None,
         positive_suffix: str = POSITIVE_SUFFIX,
         negative_prompt: str = NEGATIVE_PROMPT,
+        fast_path: bool = False,
     ):
         self.network = network.eval().requires_grad_(False)
         self.processor = processor
@@ -106,6 +108,10 @@ class Emu3Model:
         far = embedding.abs().max() * 1e4 + 1e4  # the layout token sits far from every code
         self.token_vectors = torch.cat([embedding, torch.full((1, embedding.shape[1]), float(far))]).to(self.device)
         self._mean, self._std = hub.normalisation(processor)
+        # on the fast path, sessions over pooled static caches with fixed-width passes (`fixed_passes`)
+        self.fast_path = fast_path
+        text = network.model.text_model.config
+        self.static = StaticPool.for_model(text, self.geometry, self.device) if fast_path else None
 
     @classmethod
     def from_model(cls, network, processor, device: torch.device | str | None = None, **options) -> Emu3Model:
@@ -113,13 +119,13 @@ class Emu3Model:
         return cls(network, processor, device, **options)
 
     @classmethod
-    def load(cls, weights: str | None = None, device: str = "cpu") -> Emu3Model:
+    def load(cls, weights: str | None = None, device: str = "cpu", fast_path: bool = False) -> Emu3Model:
         from transformers import Emu3ForConditionalGeneration
 
         network, processor = hub.load_pretrained(
             "emu3", Emu3ForConditionalGeneration, weights, device, default_id=HUB_ID, env_var=ENV_VAR
         )
-        return cls(network, processor, device)
+        return hub.adapted("emu3", device, lambda: cls(network, processor, device, fast_path=fast_path))
 
     def _closing_ids(self, fallback: int) -> list[int]:
         """End-of-frame, end-of-image and EOS ids, which close the sequence `decode_image_tokens` reads."""
@@ -167,6 +173,7 @@ class Emu3Model:
             guidance_scale,
             combine=combine_log_softmax,
             token_vectors=self.token_vectors,
+            static=self.static,
         )
 
     # ---- transformers' own loop ----------------------------------------------------------------

@@ -7,7 +7,8 @@ token enters the sequence through the generation embeddings and aligner
 `generation_mode="image"`: a second batch row holds the prompt with every token except BOS and
 begin-of-image replaced by padding (still attended to), and the two rows' raw logits are combined
 as `uncond + scale * (cond - uncond)`. transformers uses a static cache there; we use a
-`DynamicCache` so rejected drafts can be cropped.
+`DynamicCache` so rejected drafts can be cropped, or on the fast path (`fast_path=True`) a pooled static
+cache whose write position the session moves back on the device.
 
 The grid is the VQ model's latent grid (24 x 24 for the 384 px Janus-Pro); the token space is the
 image codebook (16384 codes), so method ids are codebook ids, and there are no layout slots.
@@ -22,8 +23,9 @@ from transformers import DynamicCache
 
 from specviz.core.settings import SamplingSettings
 from specviz.models import hub
+from specviz.models.fast.fixed_passes import StaticPool
 from specviz.models.protocol import Geometry
-from specviz.models.session import CachedSession, PromptRows, cache_keyword, transformers_mask
+from specviz.models.session import CachedSession, PromptRows, cache_keyword, prefilled_session, transformers_mask
 
 HUB_ID = "deepseek-community/Janus-Pro-1B"
 ENV_VAR = "SPECVIZ_JANUS_WEIGHTS"
@@ -36,7 +38,7 @@ class JanusProModel:
     # the Janus-Pro release samples at temperature 1 with guidance 5, no truncation
     default_sampling = SamplingSettings(temperature=1.0, top_k=None, top_p=1.0, guidance_scale=5.0)
 
-    def __init__(self, network, processor, device: torch.device | str | None = None):
+    def __init__(self, network, processor, device: torch.device | str | None = None, *, fast_path: bool = False):
         self.network = network.eval().requires_grad_(False)
         self.processor = processor
         self.device = torch.device(device) if device is not None else network.device
@@ -59,14 +61,20 @@ class JanusProModel:
         # the decoder looks codes up L2-normalised (`get_codebook_entry`): that is the space they live in
         self.token_vectors = F.normalize(vq.quantize.embedding.weight.detach().float(), dim=-1)
         self._mean, self._std = hub.normalisation(processor)
+        # on the fast path, sessions over pooled static caches with fixed-width passes (`fixed_passes`)
+        self.fast_path = fast_path
+        text = config.text_config
+        self.static = StaticPool.for_model(text, self.geometry, self.device) if fast_path else None
 
     @classmethod
-    def from_model(cls, network, processor, device: torch.device | str | None = None) -> JanusProModel:
+    def from_model(
+        cls, network, processor, device: torch.device | str | None = None, *, fast_path: bool = False
+    ) -> JanusProModel:
         """Wrap a `JanusForConditionalGeneration` and a `JanusProcessor` (or anything callable like one)."""
-        return cls(network, processor, device)
+        return cls(network, processor, device, fast_path=fast_path)
 
     @classmethod
-    def load(cls, weights: str | None = None, device: str = "cpu") -> JanusProModel:
+    def load(cls, weights: str | None = None, device: str = "cpu", fast_path: bool = False) -> JanusProModel:
         from transformers import JanusForConditionalGeneration
 
         network, processor = hub.load_pretrained(
@@ -78,7 +86,7 @@ class JanusProModel:
             env_var=ENV_VAR,
             smaller=HUB_ID,
         )
-        return cls(network, processor, device)
+        return hub.adapted("janus-pro", device, lambda: cls(network, processor, device, fast_path=fast_path))
 
     def _special_ids(self) -> tuple[int, int, int]:
         """BOS, pad and begin-of-image ids, as `generate()` reads them (generation config first)."""
@@ -122,13 +130,14 @@ class JanusProModel:
         language_model = network.model.language_model
         hidden = language_model(inputs_embeds=embeds, **cache_keyword(language_model, cache), use_cache=True)
         prefill_logits = network.model.generation_head(hidden.last_hidden_state[:, -1])
-        return CachedSession(
+        return prefilled_session(
             self.geometry,
             cache,
             PromptRows(ids.shape[1]),
             prefill_logits,
             self._run,
             guidance_scale,
+            static=self.static,
             token_vectors=self.token_vectors,
         )
 

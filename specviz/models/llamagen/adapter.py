@@ -20,11 +20,15 @@ state dict):
 Generation follows the release's sampler: two batch rows when guidance is on (condition, null
 condition), raw logits combined as `uncond + scale * (cond - uncond)` before temperature and top-k.
 The input at sequence index `cond_tokens + i` is the token of grid cell i and predicts cell i + 1.
-The network reads and extends a transformers `DynamicCache` and takes a boolean attention mask and
-position ids (indices into the rotary table), so `CachedSession` crops, gathers and masks it as it
-does the transformers families'; t2i caption padding is prompt padding to the session.
+The network reads and extends a transformers cache through `update`, a `DynamicCache` or, on the fast
+path, a `StaticCache` (whose `update` returns every slot: the session's mask spans them), and takes a
+boolean attention mask and position ids (indices into the rotary table), so `CachedSession` crops,
+gathers and masks it as it does the transformers families'; t2i caption padding is prompt padding to
+the session.
 
-The VQ decoder lives in `vq.py` beside this file.
+The release cleans a caption (`caption.py`) before T5, as it did in training. The class-conditional
+checkpoints are published in the hub repository FoundationVision/LlamaGen, the text-to-image ones in
+peizesun/llamagen_t2i (LlamaGen's README). The VQ decoder lives in `vq.py` beside this file.
 """
 
 from __future__ import annotations
@@ -38,17 +42,20 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
-from transformers import DynamicCache
+from transformers import DynamicCache, PretrainedConfig
 
 from specviz.core.errors import ModelUnavailable
 from specviz.core.settings import SamplingSettings
 from specviz.models import hub
+from specviz.models.fast.fixed_passes import StaticPool
 from specviz.models.imagenet import parse_class
+from specviz.models.llamagen.caption import clean_caption
 from specviz.models.llamagen.vq import VQDecoder, VQDecoderConfig
 from specviz.models.protocol import Geometry
-from specviz.models.session import CachedSession, PromptRows
+from specviz.models.session import CachedSession, PromptRows, prefilled_session
 
-HUB_ID = "FoundationVision/LlamaGen"
+HUB_ID = "FoundationVision/LlamaGen"  # the class-conditional release
+T2I_HUB_ID = "peizesun/llamagen_t2i"  # the text-to-image release
 C2I_ENV_VAR = "SPECVIZ_LLAMAGEN_C2I_WEIGHTS"
 T2I_ENV_VAR = "SPECVIZ_LLAMAGEN_T2I_WEIGHTS"
 T5_ENV_VAR = "SPECVIZ_LLAMAGEN_T5_WEIGHTS"
@@ -325,6 +332,8 @@ class LlamaGenModel:
         device: torch.device | str | None = None,
         text_encoder=None,
         tokenizer=None,
+        *,
+        fast_path: bool = False,
     ):
         config = gpt.config
         if vq.config.codebook_size != config.vocab_size:
@@ -347,10 +356,17 @@ class LlamaGenModel:
         with torch.no_grad():
             self.token_vectors = vq.quantize.vectors().detach().float()
         self._half = torch.tensor((0.5, 0.5, 0.5))
+        # on the fast path, sessions over pooled static caches with fixed-width passes (`fixed_passes`); a
+        # transformers `StaticCache` reads only its number of layers from a config
+        self.fast_path = fast_path
+        layers = PretrainedConfig(num_hidden_layers=config.n_layer)
+        self.static = StaticPool.for_model(layers, self.geometry, self.device) if fast_path else None
 
     @classmethod
-    def from_model(cls, gpt, vq, device=None, text_encoder=None, tokenizer=None) -> LlamaGenModel:
-        return cls(gpt, vq, device, text_encoder, tokenizer)
+    def from_model(
+        cls, gpt, vq, device=None, text_encoder=None, tokenizer=None, *, fast_path: bool = False
+    ) -> LlamaGenModel:
+        return cls(gpt, vq, device, text_encoder, tokenizer, fast_path=fast_path)
 
     # -- conditions
 
@@ -370,9 +386,10 @@ class LlamaGenModel:
         return embedder(features), valid
 
     def caption_features(self, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(1, T, caption_dim) T5 features left-padded with zeros as the release does, and (1, T) mask."""
+        """(1, T, caption_dim) T5 features of the cleaned caption (twice, as the release's T5 embedder),
+        left-padded with zeros as the release does, and the (1, T) mask."""
         tokens = self.tokenizer(
-            [prompt],
+            [clean_caption(clean_caption(prompt))],
             max_length=self.gpt.config.cls_token_num,
             padding="max_length",
             truncation=True,
@@ -394,13 +411,14 @@ class LlamaGenModel:
         embeds, valid = self.condition(prompt, guidance_scale)
         cache = DynamicCache()
         logits = self.gpt(embeds, cache, attention_mask=None if valid is None else condition_mask(valid))
-        return CachedSession(
+        return prefilled_session(
             self.geometry,
             cache,
             PromptRows(embeds.shape[1], visible=valid),  # positions count the padding: no shift
             logits[:, -1],
             self._run,
             guidance_scale,
+            static=self.static,
             token_vectors=self.token_vectors,
         )
 
@@ -416,7 +434,13 @@ class LlamaGenModel:
     # -- loading
 
     @classmethod
-    def load(cls, weights: str | os.PathLike | None = None, device: str = "cpu", variant: str = "c2i"):
+    def load(
+        cls,
+        weights: str | os.PathLike | None = None,
+        device: str = "cpu",
+        variant: str = "c2i",
+        fast_path: bool = False,
+    ):
         """From a folder holding the GPT and VQ checkpoints (t2i: and a FLAN-T5-XL folder), or the hub."""
         name = f"llamagen-{variant}"
         device = torch.device(device)
@@ -435,15 +459,18 @@ class LlamaGenModel:
             gpt = build_gpt(config, gpt_state)
             vq = VQDecoder(vq_config)
             vq.load_released(vq_state)
+            # the VQ decoder stays float32: it is small and bf16 costs colour precision
+            gpt, vq = gpt.to(device, dtype), vq.to(device)
+        except (torch.OutOfMemoryError, MemoryError) as error:
+            raise hub.memory_unavailable(name, device, error) from error
         except (KeyError, RuntimeError) as error:
             raise ModelUnavailable(
-                f"{name}: {gpt_path} or {vq_path} does not match LlamaGen's architecture ({str(error)[:300]})"
+                f"{name}: {gpt_path} or {vq_path} does not match LlamaGen's architecture ({hub.one_line(error)})"
             ) from error
         text_encoder = tokenizer = None
         if variant == "t2i":
             text_encoder, tokenizer = load_t5(name, weights, device, dtype)
-        # the VQ decoder stays float32: it is small and bf16 costs colour precision
-        return cls(gpt.to(device, dtype), vq.to(device), device, text_encoder, tokenizer)
+        return cls(gpt, vq, device, text_encoder, tokenizer, fast_path=fast_path)
 
 
 def build_gpt(config: LlamaGenConfig, state: dict[str, torch.Tensor]) -> LlamaGenTransformer:
@@ -465,10 +492,11 @@ def checkpoint_paths(name: str, weights, variant: str) -> tuple[Path, Path]:
     the variant's environment variable, or downloaded from the release's hub repository."""
     gpt_file, vq_file = C2I_FILES if variant == "c2i" else T2I_FILES
     env_var = C2I_ENV_VAR if variant == "c2i" else T2I_ENV_VAR
+    release = release_repository(variant)
     source = str(weights) if weights else os.environ.get(env_var)
     hint = (
-        f"download {gpt_file} and {vq_file} from https://huggingface.co/{HUB_ID} where you have network and pass "
-        f"their folder with --weights PATH (or --weights GPT.pt,VQ.pt), or set {env_var}"
+        f"download {gpt_file} and {vq_file} from https://huggingface.co/{release} where you have network and "
+        f"pass their folder with --weights PATH (or --weights GPT.pt,VQ.pt), or set {env_var}"
     )
     if source and "," in source:
         paths = tuple(Path(part.strip()).expanduser() for part in source.split(",", 1))
@@ -481,7 +509,7 @@ def checkpoint_paths(name: str, weights, variant: str) -> tuple[Path, Path]:
             next((p for p in vq_candidates if p.is_file()), folder / vq_file),
         )
     else:
-        repo = source or HUB_ID
+        repo = source or release
         hub.require_hub(name, repo, (gpt_file, vq_file), hint)
         try:
             from huggingface_hub import hf_hub_download
@@ -497,19 +525,25 @@ def checkpoint_paths(name: str, weights, variant: str) -> tuple[Path, Path]:
     return paths
 
 
+def release_repository(variant: str) -> str:
+    """The hub repository the release publishes the variant's checkpoints in (LlamaGen's README)."""
+    return HUB_ID if variant == "c2i" else T2I_HUB_ID
+
+
 def offline_reason(variant: str) -> str | None:
     """None when the variant's checkpoints are in its environment variable's folder or the hub cache."""
     gpt_file, vq_file = C2I_FILES if variant == "c2i" else T2I_FILES
     env_var = C2I_ENV_VAR if variant == "c2i" else T2I_ENV_VAR
+    release = release_repository(variant)
     local = os.environ.get(env_var)
     if local:
         folder = Path(local).expanduser()
         if (folder / gpt_file).is_file() and (folder / vq_file).is_file():
             return None
         return f"{env_var}={local} lacks {gpt_file} or {vq_file}"
-    if hub.in_hub_cache(HUB_ID, gpt_file, vq_file):
+    if hub.in_hub_cache(release, gpt_file, vq_file):
         return None
-    return f"needs {gpt_file} and {vq_file} of {HUB_ID}: pass --weights with their folder, or set {env_var}"
+    return f"needs {gpt_file} and {vq_file} of {release}: pass --weights with their folder, or set {env_var}"
 
 
 def load_t5(name: str, weights, device: torch.device, dtype: torch.dtype):
@@ -528,10 +562,12 @@ def load_t5(name: str, weights, device: torch.device, dtype: torch.dtype):
         hub.require_hub(name, T5_HUB_ID, ("config.json",), hint)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        encoder = T5EncoderModel.from_pretrained(source, dtype=dtype)
-    except (OSError, ValueError) as error:
+        encoder = T5EncoderModel.from_pretrained(source, dtype=dtype).to(device)
+    except (torch.OutOfMemoryError, MemoryError) as error:
+        raise hub.memory_unavailable(name, device, error) from error
+    except Exception as error:  # whatever transformers, safetensors or the hub raise: one line
         raise ModelUnavailable(
-            f"{name}: cannot load the FLAN-T5-XL text encoder from {source} ({str(error).splitlines()[0]}); put "
+            f"{name}: cannot load the FLAN-T5-XL text encoder from {source} ({hub.first_line(error)}); put "
             f"{T5_HUB_ID} in a t5/ folder beside the checkpoints or set {T5_ENV_VAR}"
         ) from error
-    return encoder.to(device).eval().requires_grad_(False), tokenizer
+    return encoder.eval().requires_grad_(False), tokenizer

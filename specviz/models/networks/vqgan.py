@@ -7,6 +7,9 @@ This is the taming-transformers `Decoder` the released tokenizer (`tokenizer/vqg
 upsampling and a 3x3 conv between levels, then GroupNorm, swish and `conv_out` to RGB in [-1, 1].
 Module names follow taming's, so the checkpoint's `decoder.*`, `post_quant_conv.*` and
 `quantize.embedding.weight` keys load as they are (prefixes such as `model.vqmodel.` are stripped).
+Loading is strict: every one of those must be in the file, and the file may hold nothing else but
+the parts of the taming model we do not build (`IGNORED`: the encoder, `quant_conv` and the training
+loss), so a wrong or partial file is refused instead of decoding with random weights.
 
 The shape comes from transformers' `ChameleonVQVAEConfig` (the released one: 128 base channels,
 multipliers 1,1,2,2,4, two ResNet blocks, 256 latent channels, 8192 codes of 256 dimensions), so
@@ -28,6 +31,9 @@ from specviz.core.errors import ModelUnavailable
 
 KEY_PREFIXES = ("model.vqmodel.", "vqmodel.", "_vq_model.", "vq_model.", "model.")
 KEPT = ("decoder.", "post_quant_conv.", "quantize.embedding.")
+# the rest of taming's VQModel checkpoint, which decoding does not use: the encoder half and the
+# training loss (perceptual network and discriminator)
+IGNORED = ("encoder.", "quant_conv.", "loss.")
 
 
 def group_norm(channels: int) -> nn.GroupNorm:
@@ -182,28 +188,41 @@ class VQGANDecoder(nn.Module):
     decode = forward
 
     def load_weights(self, path: str | os.PathLike) -> None:
-        """Load the tokenizer checkpoint's decoder (and codebook / post_quant_conv where present)."""
-        state = read_state_dict(path)
+        """Load the tokenizer checkpoint's decoder, codebook and post_quant_conv, strictly (see the
+        module docstring)."""
+        state = {key: value for key, value in read_state_dict(path).items() if not key.startswith(IGNORED)}
         own = self.state_dict()
-        missing = sorted(key for key in own if key.startswith("decoder.") and key not in state)
+        missing = sorted(key for key in own if key not in state)
         if missing:
             raise ModelUnavailable(
-                f"VQGAN decoder: {path} lacks {len(missing)} decoder weights (first: {missing[0]}); pass the "
+                f"VQGAN decoder: {path} lacks {len(missing)} of the decoder's weights ({_few(missing)}); pass the "
                 "Chameleon tokenizer checkpoint tokenizer/vqgan.ckpt, or a safetensors file converted from it"
             )
-        wrong = [key for key in state if key in own and state[key].shape != own[key].shape]
+        unexpected = sorted(key for key in state if key not in own)
+        if unexpected:
+            raise ModelUnavailable(
+                f"VQGAN decoder: {path} holds {len(unexpected)} weights this decoder does not have "
+                f"({_few(unexpected)}); pass the Chameleon tokenizer checkpoint tokenizer/vqgan.ckpt"
+            )
+        wrong = [key for key in state if state[key].shape != own[key].shape]
         if wrong:
             key = wrong[0]
             raise ModelUnavailable(
                 f"VQGAN decoder: {path} does not fit the model's vq_config ({key}: {tuple(state[key].shape)} "
                 f"in the file, {tuple(own[key].shape)} expected)"
             )
-        self.load_state_dict({key: value for key, value in state.items() if key in own}, strict=False)
+        self.load_state_dict(state, strict=True)
+
+
+def _few(keys: list[str], count: int = 3) -> str:
+    """A few keys of a list, for a one-line message."""
+    more = f" and {len(keys) - count} more" if len(keys) > count else ""
+    return ", ".join(keys[:count]) + more
 
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Tensors of a safetensors file or a (Lightning) checkpoint read with `weights_only=True`,
-    names normalised to taming's (`decoder.*`, `post_quant_conv.*`, `quantize.embedding.weight`)."""
+    """Every tensor of a safetensors file or a (Lightning) checkpoint read with `weights_only=True`,
+    names of taming's parts normalised (`decoder.*`, `post_quant_conv.*`, ..., prefixes stripped)."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ModelUnavailable(f"VQGAN decoder: no file {path}")
@@ -223,14 +242,14 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raw = raw["state_dict"]
     if not isinstance(raw, dict):
         raise ModelUnavailable(f"VQGAN decoder: {path} holds no state dict")
+    parts = KEPT + IGNORED
     state = {}
     for key, value in raw.items():
         if not isinstance(value, torch.Tensor):
             continue
         for prefix in KEY_PREFIXES:
-            if key.startswith(prefix) and key[len(prefix) :].startswith(KEPT):
+            if key.startswith(prefix) and key[len(prefix) :].startswith(parts):
                 key = key[len(prefix) :]
                 break
-        if key.startswith(KEPT):
-            state[key] = value
+        state[key] = value
     return state

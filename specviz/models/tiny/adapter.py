@@ -12,10 +12,10 @@ from transformers import DynamicCache
 
 from specviz.core.errors import ModelUnavailable
 from specviz.core.settings import SamplingSettings, SettingsError
-from specviz.models.fast.fixed_passes import StaticPool, causal_prefill, pass_width, static_capacity
+from specviz.models.fast.fixed_passes import StaticPool
 from specviz.models.networks.draft_head import HEAD_FILES, DraftHead
 from specviz.models.protocol import BLANK, Geometry
-from specviz.models.session import CachedSession, PromptRows, cache_keyword, transformers_mask
+from specviz.models.session import CachedSession, PromptRows, cache_keyword, prefilled_session, transformers_mask
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
 from specviz.models.tiny.text import TEXT_DIM, shared_text_encoder
 from specviz.models.tiny.tokenizer import PatchTokenizer
@@ -99,9 +99,6 @@ class TinyModel:
         fast_path: bool = False,
     ):
         self.name = name
-        # sessions over a static cache with fixed-width passes, CUDA graphs on a GPU (`fixed_passes`)
-        self.fast_path = fast_path
-        self._static: StaticPool | None = None
         self.network = network.eval().requires_grad_(False)
         self.draft_head = None if draft_head is None else draft_head.to(device).eval().requires_grad_(False)
         self.tokenizer = tokenizer
@@ -109,6 +106,9 @@ class TinyModel:
         self.default_sampling = default_sampling
         config = network.config
         self.geometry = Geometry.plain_grid(config.rows, config.cols, config.vocab_size)
+        # sessions over a static cache with fixed-width passes, CUDA graphs on a GPU (`fixed_passes`)
+        self.fast_path = fast_path
+        self.static = StaticPool.for_model(network.lm.config, self.geometry, device) if fast_path else None
 
     @classmethod
     def load(
@@ -151,44 +151,21 @@ class TinyModel:
         prefix = net.prefix(text)
         if guidance_scale != 1.0:
             prefix = torch.cat([prefix, net.prefix(None, 1)])
-        rows, width = prefix.shape[:2]
-        run, mask, positions, passes = self._run, None, None, None
-        if self.fast_path:
-            passes = self._static_pool(width).lend(rows)
-            run, cache = passes, passes.cache
-            mask, positions = causal_prefill(rows, width, self._static.capacity, self.device)
-        else:
-            cache = DynamicCache(config=net.lm.config)
-        hidden = net.lm.model(
-            inputs_embeds=prefix,
-            attention_mask=mask,
-            position_ids=positions,
-            **cache_keyword(net.lm.model, cache),
-            use_cache=True,
-        ).last_hidden_state
-        prefill_logits = net.lm.lm_head(hidden[:, -1])
-        session = CachedSession(
+        cache = DynamicCache(config=net.lm.config)
+        hidden = net.lm.model(inputs_embeds=prefix, **cache_keyword(net.lm.model, cache), use_cache=True)
+        hidden = hidden.last_hidden_state
+        return prefilled_session(
             self.geometry,
             cache,
             PromptRows(prefix.shape[1]),
-            prefill_logits,
-            run,
+            net.lm.lm_head(hidden[:, -1]),
+            self._run,
             guidance_scale,
+            static=self.static,
             token_vectors=self.tokenizer.codebook,
             draft_head=self.draft_head,
             prefill_features=hidden[:, -1],
         )
-        if passes is not None:
-            self._static.keep_until_gone(session, passes, rows)
-        return session
-
-    def _static_pool(self, prompt_width: int) -> StaticPool:
-        if self._static is None:
-            capacity = static_capacity(prompt_width, self.geometry.seq_len)
-            widest = pass_width(self.geometry.seq_len)
-            graphs = self.device.type == "cuda"
-            self._static = StaticPool(self._run, self.network.lm.config, capacity, widest, graphs=graphs)
-        return self._static
 
     @torch.inference_mode()
     def reference_generate(self, prompt: str, sampling: SamplingSettings, seed: int) -> list[int]:
