@@ -14,7 +14,7 @@ import gradio as gr
 
 from specviz.core.catalogue import BASELINE, is_baseline
 from specviz.core.inputs import MAX_PROMPT_CHARS, brief, check_prompt, check_seed
-from specviz.core.params import all_fields
+from specviz.core.params import Parameters, all_fields
 from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.decoding import METHODS, get_method
 from specviz.decoding.budget import check_pass_memory
@@ -256,10 +256,11 @@ class RunRequest:
     sampling: SamplingSettings
     controls: dict  # every method control's value by parameter name, shown or not
 
-    def params(self, method: str | None = None) -> dict:
-        """The method's own parameters (the request's method unless named); its parameter class
-        validates them when the run starts."""
-        return {name: self.controls[name] for name in own_parameters(method or self.method)}
+    def params(self, method: str | None = None) -> Parameters:
+        """The method's typed parameters (the request's method unless named), made from its controls by its
+        parameter class, which refuses a bad value here; the run takes them as they are."""
+        name = method or self.method
+        return get_method(name).resolve({field: self.controls[field] for field in own_parameters(name)})
 
     def check(self, model: ImageModel, methods: list[str] | None = None) -> None:
         """Refuse what the runs would refuse (the prompt, each method's parameters and kind of tokens, the
@@ -272,8 +273,7 @@ class RunRequest:
             raise SettingsError(f"{brief(repeated[0])} is chosen more than once; compare each method once")
         geometry = model.geometry
         for name in names:
-            spec = get_method(name)
-            params = spec.resolve(self.params(name))
+            spec, params = get_method(name), self.params(name)
             spec.runs_on(model)
             check_pass_memory(name, params, geometry.vocab_size, geometry.seq_len, request_memory(model))
 
