@@ -54,17 +54,32 @@ def has_trees(trace: Trace) -> bool:
     return trace.kind == "tree"
 
 
-def opening_iteration(trace: Trace, on: str | None = None) -> int:
-    """The iteration a viewer should see first, rather than iteration 0 (an empty grid, no drafts).
+# the share of the image committed before the pass Inspect opens on: the picture around it is recognisable
+# and not yet finished (the first passes draw on a blank grid, the last ones on a complete image)
+PICTURE_BAND = (0.25, 0.9)
 
-    Tree runs: the first tree pass with the longest accepted path, the deepest the trees reached.
-    Continuous runs: the first pass that accepted the most drafts, else the first that tested any (its
-    ratios and uniforms at work; the first to accept and reject comes a few tokens into the image, a nearly
-    blank picture).
-    Window runs: the first pass that both accepted and rejected a draft (the rule at work); where none
-    did, the first with the most kinds of draft fate (the most of the legend at once).
+
+def passes_in_picture(trace: Trace) -> list[int]:
+    """The passes made once a quarter and before nine tenths of the image was committed (every pass where
+    none was: a run of a few passes)."""
+    total, done, band = len(trace.tokens), 0, []
+    for j, it in enumerate(trace.iterations):
+        if PICTURE_BAND[0] * total <= done <= PICTURE_BAND[1] * total:
+            band.append(j)
+        done += len(it.committed)
+    return band or list(range(len(trace.iterations)))
+
+
+def opening_iteration(trace: Trace, on: str | None = None) -> int:
+    """The iteration a viewer should see first, rather than iteration 0 (an empty grid, no drafts): among the
+    passes made while the picture is partly drawn (`passes_in_picture`), the one that shows the method at work.
+
+    Tree runs: the first with the longest accepted path. Continuous runs: the first that accepted the most
+    drafts, else the first that tested any. Rows runs (ZipAR, which verifies nothing): the first with the
+    most rows in flight, its widest diagonal front. Window runs: the first pass that both accepted and
+    rejected a draft (the rule at work); where none did, the first with the most kinds of draft fate.
     `on="stall"` (a preset about stalls): the first pass of the run's longest stall (the earliest of the
-    longest), where it has one.
+    longest), wherever it is.
     """
     if not trace.iterations:
         return 0
@@ -72,14 +87,17 @@ def opening_iteration(trace: Trace, on: str | None = None) -> int:
     stalled = stalls(trace) if on == "stall" else []
     if stalled:
         return max(stalled, key=lambda found: (found[1], -found[0]))[0]
+    band = passes_in_picture(trace)
     if has_trees(trace):
-        return max(range(len(its)), key=lambda j: (its[j].draft_tree is not None, its[j].accepted, -j))
+        return max(band, key=lambda j: (its[j].draft_tree is not None, its[j].accepted, -j))
     if trace.continuous:
-        return max(range(len(its)), key=lambda j: (its[j].fate.count("accepted"), bool(its[j].fate), -j))
-    for j, it in enumerate(its):
-        if {"accepted", "rejected"} <= set(it.outcome()):
+        return max(band, key=lambda j: (its[j].fate.count("accepted"), bool(its[j].fate), -j))
+    if trace.kind == "rows":
+        return max(band, key=lambda j: (len(its[j].committed), -j))
+    for j in band:
+        if {"accepted", "rejected"} <= set(its[j].outcome()):
             return j
-    return max(range(len(its)), key=lambda j: (len(set(its[j].outcome())), -j))
+    return max(band, key=lambda j: (len(set(its[j].outcome())), -j))
 
 
 def instructive_iterations(trace: Trace) -> list[int]:

@@ -104,9 +104,10 @@ def _grid_states(picture: np.ndarray, traces: list[Trace]) -> list[np.ndarray]:
 
 
 def test_the_title_names_the_run_and_what_it_cost_against_ar(sjd, ar):
-    headline, numbers = slide_title(sjd, ar)
+    headline, numbers, latency = slide_title(sjd, ar)
     assert headline == 'SJD vs AR · tiny · seed 0 · "red apple"'
     assert numbers == "SJD: NFE 88 vs AR's 256 for 256 tokens · 2.91x step compression · lossless"
+    assert latency == "SJD: 1.18x latency speedup over AR"  # the race's verdict (these runs were timed once)
     alone = slide_title(sjd)
     assert alone[0] == 'SJD · tiny · seed 0 · "red apple"' and alone[1].startswith("SJD: NFE 88 for 256 tokens")
 

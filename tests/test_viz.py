@@ -25,6 +25,7 @@ from PIL import Image
 
 from specviz.decoding import run
 from specviz.metrics import (
+    Speedup,
     acceptance_maps,
     committed_before,
     grid_state,
@@ -317,6 +318,32 @@ def test_comparison_figure():
     (label,) = [a for a in fig.layout.annotations if a.text == "AR = 1x"]
     assert (label.xref, label.x, label.xanchor) == ("paper", 1, "left")  # beyond the bars, on no bar
     assert fig.layout.yaxis.range[1] >= 1.2 * 3.0  # room above the tallest bar for its label
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_comparison_labels_keep_clear_of_the_ar_line_and_the_whiskers(large):
+    """A latency just under AR's (0.97x) had its label drawn across the dashed AR = 1x line, and a whisker
+    through it: each latency label now sits over its bar, above the whisker's top, and above the line where
+    it would cross it; one well under the line stays by its bar."""
+    numbers = [("sjd", 2.9, Speedup(0.97, 0.93, 0.99, 3)), ("scd-mc", 3.1, Speedup(0.3, 0.25, 0.35, 3))]
+    numbers.append(("eagle2", 3.5, Speedup(1.4, 1.3, 1.5, 3)))
+    rows = [
+        {"method": method, "step_compression": compression, "latency_speedup": spread.median,
+         "latency_spread": spread, "lossless": True}
+        for method, compression, spread in numbers
+    ]  # fmt: skip
+    fig = comparison_figure(rows, large=large)
+    latency = fig.data[1]
+    top = fig.layout.yaxis.range[1]
+    per_px = top / (fig.layout.height - fig.layout.margin.t - fig.layout.margin.b)  # axis units per pixel
+    height = 1.3 * fig.layout.font.size * per_px  # a label's line
+    for k, (row, words) in enumerate(zip(rows, ["1.03x slower", "3.33x slower", "1.40x"], strict=True)):
+        (label,) = [a for a in fig.layout.annotations if a.text == words]
+        assert label.x == pytest.approx(k + latency.offset + latency.width / 2) and label.yanchor == "bottom"
+        bottom = label.y + (label.yshift or 0) * per_px
+        assert bottom >= row["latency_spread"].high, f"{words}: its whisker runs through it"
+        assert not bottom < 1.0 < bottom + height, f"{words}: across the AR = 1x line"
+    assert next(a for a in fig.layout.annotations if a.text == "3.33x slower").y == pytest.approx(0.35)
 
 
 def test_frame_colours_and_size(trace):

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from specviz.metrics import Speedup
 from specviz.models.protocol import ImageModel, is_continuous
+from specviz.viz.narration import LatencyVerdict, latency_verdict
 
 SIZES = (1, 2, 4, 8, 17, 33)  # 17 = a Jacobi window of 16 plus the token after it
 CHEAPER_BY_CHANCE = 0.05  # a longer pass measured up to this share cheaper than a shorter one is noise
@@ -30,6 +32,7 @@ class PassCost:
     ratio: float  # over the one-token pass
     low_ms: float = math.nan  # the fastest and the slowest repeat
     high_ms: float = math.nan
+    repeats: int = 1  # timed, after the warm-up
 
     @property
     def ranged(self) -> bool:
@@ -82,33 +85,44 @@ def pass_costs(
         repeats_ms[count] = times
     one = statistics.median(repeats_ms[1])
     return [
-        PassCost(n, statistics.median(ms), statistics.median(ms) / one, min(ms), max(ms))
+        PassCost(n, statistics.median(ms), statistics.median(ms) / one, min(ms), max(ms), len(ms))
         for n, ms in repeats_ms.items()
     ]
 
 
-def cost_sentence(costs: list[PassCost], step_compression: float | None = None, window: int = 17) -> str:
-    """What the costs mean for a speedup: the window-sized pass's ratio (the median of its repeats, with
-    the range its repeats allow against the one-token pass's), the latency speedup a given step compression
-    can give at that ratio, and, where the timings cannot be right (`doubts`), that they were disturbed."""
+def cost_sentence(
+    costs: list[PassCost],
+    step_compression: float | None = None,
+    window: int = 17,
+    measured: LatencyVerdict | None = None,
+) -> str:
+    """What the costs mean for a speedup: the window-sized pass's ratio (the median of its repeats, with the
+    range its repeats allow against the one-token pass's); for a run's step compression, the latency it would
+    have were every pass that size, as an estimate in the words of `latency_verdict` (not a bound: a run's
+    passes differ in size), and the run's own verdict when it raced AR (`measured`), in the race's words; and,
+    where the timings cannot be right (`doubts`), that they were disturbed and the estimate comes from them."""
     at, one = min(costs, key=lambda cost: abs(cost.tokens - window)), costs[0]
     low, high = at.ratio_range(one)
-    spread = f", from {low:.1f}x to {high:.1f}x across the repeats" if at.ranged and one.ranged else ""
+    ranged = at.ranged and one.ranged
+    spread = f", from {low:.1f}x to {high:.1f}x across the repeats" if ranged else ""
     text = (
         f"Here a {at.tokens}-token pass costs {at.ratio:.1f}x a one-token pass ({at.ms:.1f} ms against "
-        f"{one.ms:.1f} ms, medians{spread})"
+        f"{one.ms:.1f} ms, medians{spread}); on a GPU the ratio stays near 1 while a pass is memory-bound."
     )
     if step_compression:
+        median = step_compression / at.ratio
+        repeats = min(at.repeats, one.repeats)
+        interval = Speedup(median, step_compression / high, step_compression / low, repeats) if ranged else None
         text += (
-            f", so a step compression of {step_compression:.2f}x can give at most about "
-            f"{step_compression / at.ratio:.2f}x in latency"
+            f" Estimated from these costs for a step compression of {step_compression:.2f}x, every pass "
+            f"{at.tokens} tokens: {latency_verdict(median, interval)}."
         )
-        if spread:
-            text += f" ({step_compression / high:.2f}x to {step_compression / low:.2f}x across the repeats)"
-    text += "; on a GPU the ratio stays near 1 while a pass is memory-bound."
+    if measured is not None:
+        text += f" Measured when it raced AR: {measured}."
     disturbed = doubts(costs)
     if disturbed:
-        text += f" These timings were disturbed ({'; '.join(disturbed)}): measure again on a quiet machine."
+        source = ", and the estimate comes from them" if step_compression else ""
+        text += f" These timings were disturbed ({'; '.join(disturbed)}){source}: measure again on a quiet machine."
     return text
 
 

@@ -44,20 +44,24 @@ def _changed_text(trace: Trace) -> str:
 
 
 def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]]:
-    """Compare's table (AR first) and the rows of its chart; ratios in words, a slowdown as one, the
-    latency speedup's spread over the undisturbed timings where the runs had them."""
+    """Compare's table (AR first) and the rows of its chart; ratios in words, a slowdown as one, the latency
+    in the race's verdict (`viz.run_verdict`) with its spread over the undisturbed timings where the runs had
+    them."""
     same = viz.ratio_text(1.0)
     table = [[BASELINE, params_text(ar.params), "yes", ar.nfe, "-", same, round(ar.seconds, 3), same]]
     rows = []
     for trace in traces:
         facts = metrics.summary(trace, ar)
-        spread = metrics.timed_speedup(trace, ar)
-        latency = viz.ratio_text(facts["latency_speedup"])
-        row = {"method": trace.method, "lossless": trace.lossless, **facts}
-        if spread is not None:
-            latency += f" ({viz.spread_text(spread)})"
-            row.update(latency_low=spread.low, latency_high=spread.high)
-        rows.append(row)
+        verdict = viz.run_verdict(trace, ar)
+        rows.append(
+            {
+                "method": trace.method,
+                "lossless": trace.lossless,
+                **facts,
+                "latency_speedup": verdict.value,
+                "latency_spread": verdict.spread,
+            }
+        )
         table.append(
             [
                 trace.method,
@@ -67,7 +71,7 @@ def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]
                 _changed_text(trace),
                 viz.ratio_text(facts["step_compression"]),
                 round(trace.seconds, 3),
-                latency,
+                verdict.cell,
             ]
         )
     return table, rows
@@ -76,12 +80,14 @@ def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]
 def compare_caption(ar: Trace) -> str:
     """What every row of Compare's table shares: model, prompt, seed, sampling, and how it was timed."""
     sampling = SamplingSettings(**ar.sampling.model_dump())
-    how = (
-        f"seconds: the median of {len(ar.timings)} runs of each with nothing drawing, all runs in turns, as the "
-        "race times its two"
-        if ar.timings
-        else "clocks of the runs themselves"
-    )
+    if not ar.timings:
+        how = "clocks of the runs themselves"
+    else:
+        clock = viz.COMPUTE_CLOCK if ar.compute_timings else "the wall clock"
+        how = (
+            f"seconds: the median of {len(ar.timings)} runs of each with nothing drawing, all runs in turns, as "
+            f"the race times its two; latency from their {clock}"
+        )
     return (
         f"**{ar.model}** · prompt {ar.prompt!r} · seed {ar.seed} · sampling: {sampling_text(sampling)} "
         f"(the same for every row) · {how}."
@@ -246,16 +252,26 @@ def wire_compare(tab: CompareTab, controls: Controls) -> Dependency:
     )
 
 
+def raced_verdict(state: dict) -> viz.LatencyVerdict | None:
+    """The latency verdict the last run's race gave, in its words; None without its AR run, or for a draft
+    model alone (its race gives a cost ratio)."""
+    if not state or state.get("ar") is None or metrics.draft_alone(state["trace"]):
+        return None
+    return viz.run_verdict(state["trace"], state["ar"])
+
+
 def wire_costs(tab: CompareTab, controls: Controls, runs: gr.State) -> Callable[[Dependency], Dependency]:
     """The cost panel's button; returns what chains the pass costs' measurement after another event."""
     costs = gpu_work(model=lambda model_name, prompt: model_name, duration=cost_seconds)(user_errors(measured_costs))
 
     @user_errors
     def measure_costs(model_name: str, text: str, state: dict, big: bool, night: bool):
-        """Time passes of 1 to 33 tokens on the chosen model and say what that does to a speedup."""
+        """Time passes of 1 to 33 tokens on the chosen model and say what that does to the last run's speedup,
+        beside the latency its race measured, in the race's words."""
         measured = costs(model_name, check_prompt(text))
         compression = metrics.summary(state["trace"])["step_compression"] if state else None  # the last run's
-        return cost_sentence(measured, compression), viz.pass_cost_figure(measured, dark=night, large=big)
+        sentence = cost_sentence(measured, compression, measured=raced_verdict(state))
+        return sentence, viz.pass_cost_figure(measured, dark=night, large=big)
 
     cost_inputs = [controls.model, controls.prompt, runs, controls.large, controls.dark]
     cost_options = {"concurrency_limit": 1, "concurrency_id": "gpu"}

@@ -57,6 +57,11 @@ def each_on_compute_thread(items: Iterator) -> Iterator:
         yield item
 
 
+# the longest a race waits, once it has handed its runs to Inspect, for the browser to ask for their views
+# (a client without a browser, as the tests' gradio_client, asks for none: its races wait this long)
+HANDOVER_SECONDS = 3.0
+
+
 class ViewerWork:
     """A count of the drawing that viewers make this server do (Inspect's views, exports): on a CPU it
     competes with runs being timed again, so `retimed` repeats a round during which the count moved. One
@@ -102,9 +107,21 @@ class ViewerWork:
         finally:
             self._note(-1)
 
-    def settle(self, quiet: float = 0.3, limit: float = 2.0) -> None:
+    @property
+    def count(self) -> int:
+        """The count as it stands, read without moving it: what `settle` is given when runs are handed over."""
+        return self._count
+
+    def settle(self, handed: int | None = None, quiet: float = 0.3, limit: float = 2.0) -> None:
         """Wait until no drawing has run for `quiet` seconds, `limit` at most: a race that has just handed
-        its runs to Inspect lets the views it set off be drawn before it times anything."""
+        its runs to Inspect lets the views it set off be drawn before it times anything. `handed`: the count
+        when the runs left; the browser asks for Inspect's views once they reach it, a round trip longer than
+        `quiet` on a busy laptop, so a drawing that starts within HANDOVER_SECONDS is waited for (without it
+        Inspect drew during the first timing round of every race, which was timed again and said so)."""
+        if handed is not None:
+            asked_by = time.perf_counter() + HANDOVER_SECONDS
+            while self._count == handed and not self._active and time.perf_counter() < asked_by:
+                time.sleep(0.05)
         deadline = time.perf_counter() + limit
         seen, since = self._count, time.perf_counter()
         while (now := time.perf_counter()) < deadline:

@@ -85,6 +85,10 @@ NO_TARGET = {
     "long": "No long accepted run after iteration {j} in this run.",
     "stall": "No stall after iteration {j} in this run.",
 }
+NOTHING_VERIFIED = (
+    "{method} verifies no draft: each pass draws its tokens once, so there is no rejection, long accepted run "
+    "or stall to jump to. Step through the passes instead."
+)
 
 
 def next_of_kind(kind: str, runs: dict, j: float) -> tuple[int | dict, str | dict]:
@@ -92,6 +96,8 @@ def next_of_kind(kind: str, runs: dict, j: float) -> tuple[int | dict, str | dic
     iteration's replaces it); where none does, the iteration stays and the sentence says so."""
     if not runs:
         return gr.update(), gr.update()
+    if not any(it.verifies_drafts for it in runs["trace"].iterations):
+        return gr.update(), NOTHING_VERIFIED.format(method=runs["trace"].method)
     target = viz.jump(runs["trace"], int(j), kind)
     return (target, gr.update()) if target != int(j) else (gr.update(), NO_TARGET[kind].format(j=int(j)))
 

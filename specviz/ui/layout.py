@@ -204,6 +204,17 @@ def wire(demo: gr.Blocks, page: Page) -> None:
     wire_scripts(demo, page)
 
 
+def own_run_shown() -> tuple[str, gr.Tabs]:
+    """Run's answer before its race: no preset's story, and the Race tab open, whichever tab was."""
+    return "", gr.Tabs(selected="race")
+
+
+def preset_shown(key: str) -> dict:
+    """A preset's answer before its race: the controls it sets (`controls.preset_controls`) and the Race tab
+    open, whichever tab was."""
+    return {**controls.preset_controls(key), "tabs": gr.Tabs(selected="race")}
+
+
 def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs: Callable) -> list[Dependency]:
     """Run (the side panel's and the projector layout's) and each preset, which sets the controls first
     (`controls.preset_controls`) and, where its finding is a contrast, adds that run; returns their events
@@ -213,9 +224,13 @@ def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs
     own_race = racer()
     for run_button in (page.side.run_button, page.presets.run):
         events.append(run_button.click(own_race, inputs, outputs, **options))
-        run_button.click(lambda: "", None, page.race_tab.preset_note, queue=False)  # one's own run: no preset story
-    shown = page.side.preset_outputs(page.compare_tab.methods, page.race_tab.preset_note, page.race_tab.speed)
-    set_by_preset = shown.set_by(controls.preset_controls)
+        # one's own run: no preset story, and the race on screen (pressed from Inspect, it ran unseen)
+        run_button.click(own_run_shown, None, [page.race_tab.preset_note, page.tabs], queue=False)
+    shown = Outputs(
+        page.side.preset_outputs(page.compare_tab.methods, page.race_tab.preset_note, page.race_tab.speed),
+        {"tabs": page.tabs},
+    )
+    set_by_preset = shown.set_by(preset_shown)
     for key, button in page.presets.buttons.items():
         preset = PRESET_BY_KEY[key]
         raced = button.click(functools.partial(set_by_preset, key), None, shown.components).then(

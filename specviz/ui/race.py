@@ -71,8 +71,14 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
     clocks are the race's own on a device where drawing competed with the model; `timing`: the undisturbed
     repeats planned, while they still run (the summary then starts with a line saying so)."""
     facts = metrics.summary(trace, ar)
-    if not trace.lossless:
+    promise = viz.promise(trace.method, trace.lossless)
+    if promise == "lossy":
         lossless = "**lossy**: its images follow a distribution that differs from AR's"
+    elif promise != "lossless":  # close to exact: the catalogue's check measures the gap
+        lossless = (
+            f"**{promise}**: its images follow a distribution close to AR's, not exactly it "
+            f"(`python -m specviz check-lossless --method {trace.method}` measures the gap)"
+        )
     elif trace.tokens == ar.tokens:  # greedy decoding, or the same draws by chance
         lossless = "lossless: it samples exactly AR's distribution, and here made the very same image"
     else:
@@ -80,12 +86,9 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
             "lossless: it samples exactly AR's distribution, though not the same image, as the two spend their "
             "random numbers differently"
         )
-    spread = metrics.timed_speedup(trace, ar)
-    if spread is not None:
-        how = (
-            f"seconds: the median of {spread.repeats} runs of each with nothing drawing, AR and "
-            f"{trace.method} in turns (same seed, same tokens)"
-        )
+    how = viz.timed_how(trace, ar)
+    if how is not None:
+        how = f"seconds: wall clock; {how} (same seed, same tokens)"
     elif drawing_shared:
         how = "seconds: the race's own clocks, which also paid for drawing it"
     else:
@@ -102,7 +105,7 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
         tau = f" of the target and {trace.draft_nfe} of the draft{rate}"  # each prefill counted, as the bars do
     # the stable result first (passes are the same on every press); latency only once timed undisturbed,
     # and "about the same" where its repeats disagree on the side
-    latency = "latency being timed" if timing else viz.latency_verdict(facts["latency_speedup"], spread)
+    latency = "latency being timed" if timing else viz.run_verdict(trace, ar).sentence
     headline = (
         f"### {trace.method}: {viz.ratio_text(facts['step_compression'])} step compression "
         f"({facts['nfe']} passes against AR's {ar.nfe}), {latency}"
@@ -426,6 +429,7 @@ def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterat
     # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns,
     # while Inspect already has the runs (their tokens and passes are final; only the clocks are not)
     wanted = timings_wanted() if needs_retiming(chosen) else 0
+    handed = VIEWER_WORK.count  # Inspect draws the runs once the browser has them: the timing waits for it
     yield {
         "method_image": final_picture(chosen, trace),
         "ar_image": final_picture(chosen, ar),
@@ -440,17 +444,18 @@ def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterat
         "activity": RaceActivity("retiming") if wanted else None,
     }
     if wanted:
-        yield from retiming_frames(chosen, (trace, ar), wanted, deadline, live.total)
+        yield from retiming_frames(chosen, (trace, ar), wanted, deadline, live.total, handed)
 
 
 def retiming_frames(
-    model: ImageModel, runs: tuple[Trace, Trace], wanted: int, deadline: Deadline, total: int
+    model: ImageModel, runs: tuple[Trace, Trace], wanted: int, deadline: Deadline, total: int, handed: int
 ) -> Iterator[dict[str, object]]:
     """A finished race's two runs timed again undisturbed (`wanted` rounds at most): their counters, summary
-    and bars after each round, then the final clocks handed to Inspect; nothing more once the visitor left."""
+    and bars after each round, then the final clocks handed to Inspect; nothing more once the visitor left.
+    `handed`: the viewers' drawing count (`VIEWER_WORK.count`) when the runs were handed to Inspect."""
     trace, ar = runs
     note = ""
-    VIEWER_WORK.settle()  # Inspect draws the runs it was just given before anything is timed
+    VIEWER_WORK.settle(handed)  # Inspect draws the runs it was just given before anything is timed
     # the repeats give way to Inspect after every pass, and a round it drew during is timed again
     rounds = retimed(model, [trace, ar], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
     for timed in each_on_compute_thread(rounds):

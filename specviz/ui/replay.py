@@ -32,6 +32,9 @@ log = logging.getLogger("specviz.ui")
 
 EXPORT_ROOT = Path(tempfile.gettempdir()) / "specviz-exports"
 EXPORT_MAX_AGE_SECONDS = 3600
+# a refused upload's toast: the status line under the upload keeps the reason, while the toast lies over the
+# presets' row and the projector switch at its end (Gradio's 10 s hid them in a lecture)
+UPLOAD_WARNING_SECONDS = 3
 
 
 def export_folder() -> Path:
@@ -144,7 +147,7 @@ def wire(tab: ReplayTab, controls: Controls, runs: gr.State, iteration: gr.Slide
             state = replayed([Trace.load(path) for path in paths])
         except TraceError as error:  # said on the status line; the run on screen and the controls stay
             log.warning("refused upload: %s", error)
-            gr.Warning(str(error))
+            gr.Warning(str(error), duration=UPLOAD_WARNING_SECONDS)
             return {"status": f"**Not loaded**: {error}"}
         trace = state["trace"]
         note = f"Loaded **{trace.method}** on **{trace.model}**: "

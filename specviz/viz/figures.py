@@ -22,7 +22,6 @@ from specviz.metrics import (
     has_trees,
     per_iteration,
     summary,
-    timed_speedup,
     window_size,
 )
 from specviz.trace import (
@@ -35,7 +34,7 @@ from specviz.trace import (
     TreeRecord,
     WindowRecord,
 )
-from specviz.viz.narration import latency_verdict, ratio_text
+from specviz.viz.narration import LatencyVerdict, latency_verdict, promise, ratio_text, run_verdict
 from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES, colors, legend_states, theme
 
 # characters per title line (normal, large type): plotly does not wrap titles, so they are wrapped for the
@@ -51,6 +50,13 @@ OFFSET_TITLE = "offset in the window (0 = first draft)"  # not the grid's column
 # a wide figure's height (Inspect's window or tree in the projector layout): with the sentence, the buttons
 # and the tabs above it, a 1280 x 720 screen holds it
 WIDE_HEIGHT = 430
+# Compare's chart: a method's two bars side by side, each this share of its slot (step compression left of the
+# slot's middle, latency right); the bottom margin, which Plotly may widen for long method names; a latency
+# label's height in lines of text (half a line to spare for that widening), and its gap in pixels to the bar,
+# whisker or AR line it stands on
+BAR_WIDTH = 0.4
+COMPARISON_BOTTOM = 80
+LABEL_LINES, LABEL_GAP = 1.5, 3
 LONG_RUN = 60  # iterations beyond which a per-iteration bar chart draws its bars touching
 ORIGIN_STANDOFF = {False: 0, True: 6}  # px from a per-pass plot's y axis to its labels: in large type both "0" met
 WIDE_TITLE = 1.6  # a wide figure's title line, in half-width plots' lines: about 590 px on a 1280 px projector
@@ -577,13 +583,11 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     for col, value in enumerate((passes, lambda t: t.seconds), start=1):
         top = 1.2 * max(value(trace), value(ar), trace.draft_nfe or 0 if col == 1 else 0) or 1.0  # room for labels
         fig.update_yaxes(range=[0, top], row=1, col=col)
-    latency = latency_verdict(numbers["latency_speedup"], timed_speedup(trace, ar), with_spread=False)
-    # "vs ar" left out: the title fits a half-width plot in two lines, and its second line names AR; large
-    # type leaves out the method too (the legend names it) and says a speedup in fewer words
+    # the race summary's verdict and interval, word for word (the camera button saves this figure); "vs ar" left
+    # out, as the verdict names AR, and in large type the method too (the legend names it)
+    latency = run_verdict(trace, ar).sentence
     compression = f"{ratio_text(numbers['step_compression'])} step compression"
-    title = f"{trace.method}: {compression},<br>{latency}"
-    if large:
-        title = f"{compression},<br>{latency.replace('latency speedup over AR', 'faster than AR')}"
+    title = f"{compression},<br>{latency}" if large else f"{trace.method}: {compression},<br>{latency}"
     if alone:
         c = numbers["cost_ratio"]
         title = f"{trace.method}: the draft model alone,<br>{c:.2f}x the target's AR time (cost ratio c)"
@@ -591,50 +595,79 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
 
 
 def comparison_figure(rows: list[dict], dark: bool = False, large: bool = False) -> go.Figure:
-    """Step compression and latency speedup of several methods; lossy ones hatched and labelled, a
-    slowdown written as one ('1.19x slower')."""
-    labels = [row["method"] + ("" if row["lossless"] else " (lossy)") for row in rows]
+    """Step compression and latency against AR of several methods (`latency_speedup`, and `latency_spread`
+    where the run was timed again); a method that is not lossless hatched and labelled with its promise, each
+    latency in the words of its verdict ('about the same', '1.19x slower'), whiskers from the lowest to the
+    highest timing where every run was timed again."""
+    labels = [row["method"] + ("" if row["lossless"] else f" ({promise(row['method'], False)})") for row in rows]
     hatch = ["" if row["lossless"] else "/" for row in rows]
-    spread = all("latency_low" in row for row in rows)  # every run timed again: whiskers from low to high
-    whiskers = {
-        "step_compression": None,
-        "latency_speedup": {
+    verdicts = [latency_verdict(row["latency_speedup"], row.get("latency_spread")) for row in rows]
+    spread = bool(rows) and all(verdict.spread is not None for verdict in verdicts)
+    whiskers = (
+        {
             "type": "data",
-            "array": [row["latency_high"] - row["latency_speedup"] for row in rows],
-            "arrayminus": [row["latency_speedup"] - row["latency_low"] for row in rows],
+            "array": [verdict.spread.high - verdict.value for verdict in verdicts],
+            "arrayminus": [verdict.value - verdict.spread.low for verdict in verdicts],
             "color": colors(dark)["committed"],
         }
-        if spread and rows
-        else None,
-    }
+        if spread
+        else None
+    )
+    bars = {"textposition": "outside", "cliponaxis": False, "width": BAR_WIDTH}
     fig = go.Figure(
         [
             go.Bar(
                 x=labels,
-                y=[row[key] for row in rows],
-                name=name,
-                marker={"color": color, "pattern": {"shape": hatch, "solidity": 0.4}},
-                text=[ratio_text(row[key]) for row in rows],
-                textposition="outside",
-                cliponaxis=False,
-                error_y=whiskers[key],
-            )
-            for key, name, color in (
-                ("step_compression", "step compression (tokens per pass)", OKABE_ITO["blue"]),
-                ("latency_speedup", "latency speedup over AR", OKABE_ITO["orange"]),
-            )
+                y=[row["step_compression"] for row in rows],
+                name="step compression (tokens per pass)",
+                marker={"color": OKABE_ITO["blue"], "pattern": {"shape": hatch, "solidity": 0.4}},
+                text=[ratio_text(row["step_compression"]) for row in rows],
+                offset=-BAR_WIDTH,
+                **bars,
+            ),
+            # its words are drawn by `_latency_labels`, clear of the whiskers and the AR line (the bar keeps them
+            # for its hover)
+            go.Bar(
+                x=labels,
+                y=[verdict.value for verdict in verdicts],
+                name="latency speedup over AR",
+                marker={"color": OKABE_ITO["orange"], "pattern": {"shape": hatch, "solidity": 0.4}},
+                text=[verdict.label for verdict in verdicts],
+                error_y=whiskers,
+                offset=0.0,
+                **{**bars, "textposition": "none"},
+            ),
         ]
     )
     fig.add_hline(y=1.0, line_dash="dash", line_color=colors(dark)["committed"])
     # the line's label beyond the plot's right edge: inside, it sat on a bar at either end
     fig.add_annotation(text="AR = 1x", x=1, xref="paper", xanchor="left", y=1.0, showarrow=False)
-    fig.update_layout(barmode="group", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
-    highest = [row.get("latency_high", row["latency_speedup"]) for row in rows] + [r["step_compression"] for r in rows]
+    fig.update_layout(legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+    highest = [verdict.spread.high if verdict.spread else verdict.value for verdict in verdicts]
+    highest += [row["step_compression"] for row in rows]
     top = 1.2 * max([1.0, *(value for value in highest if math.isfinite(value))])  # room for the labels above
     fig.update_yaxes(title="times AR", range=[0, top])
-    title = "methods against AR (hatched: lossy" + ("; whiskers: lowest and highest timing)" if spread else ")")
+    title = "methods against AR (hatched: not lossless" + ("; whiskers: lowest and highest timing)" if spread else ")")
     fig = _finish(fig, title, 460, dark, large, widths=2)  # Compare's plot spans the page
-    return fig.update_layout(margin={"r": 110 if large else 90})
+    fig.update_layout(margin={"r": 110 if large else 90, "b": COMPARISON_BOTTOM})
+    return _latency_labels(fig, verdicts)
+
+
+def _latency_labels(fig: go.Figure, verdicts: list[LatencyVerdict]) -> go.Figure:
+    """Each latency's words over its bar, above its whisker, and above the dashed AR = 1x line where they would
+    cross it: a latency just under AR's drew its label across the line."""
+    top = fig.layout.yaxis.range[1]
+    per_px = top / (fig.layout.height - fig.layout.margin.t - fig.layout.margin.b)  # axis units per pixel
+    reach = (LABEL_LINES * fig.layout.font.size + LABEL_GAP) * per_px  # from a label's foot to its top
+    for k, verdict in enumerate(verdicts):
+        foot = verdict.spread.high if verdict.spread else verdict.value  # the whisker's top, or the bar's
+        foot = foot if math.isfinite(foot) else 0.0
+        if foot < 1.0 < foot + reach:
+            foot = 1.0
+        fig.add_annotation(
+            text=verdict.label, x=k + BAR_WIDTH / 2, y=foot, yanchor="bottom", yshift=LABEL_GAP, showarrow=False
+        )
+    return fig
 
 
 def pass_cost_figure(costs: list, dark: bool = False, large: bool = False) -> go.Figure:

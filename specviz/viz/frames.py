@@ -4,9 +4,9 @@ Two kinds of frame, both with the token grid coloured exactly like `figures.wind
 draft-tree run: its accepted path and the token drawn after it). `frame` is compact: the image after
 iteration j beside the grid, a caption and a legend (the app's PNG of one iteration). `slide_frame` is
 what exported animations are made of, sized for a slide (1280x720): a title naming the run and what it
-cost, then one panel per run, the method beside AR where the same run's AR trace is at hand, each after
-the same number of model passes, so that AR visibly lags. Frame sizes are multiples of 16 so video
-encoders take them as they are.
+cost (beside AR, with its latency as the race says it), then one panel per run, the method beside AR
+where the same run's AR trace is at hand, each after the same number of model passes, so that AR
+visibly lags. Frame sizes are multiples of 16 so video encoders take them as they are.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from specviz.core.catalogue import is_baseline
 from specviz.core.errors import ExportError
 from specviz.metrics import GridState, grid_state, has_trees, summary
 from specviz.trace import Trace
-from specviz.viz.narration import ratio_text
+from specviz.viz.narration import promise, ratio_text, run_verdict
 from specviz.viz.palette import BACKGROUND, FOREGROUND, LABELS, NOW_LABEL, STATES, colors, legend_states
 
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
@@ -308,18 +308,21 @@ def _fitted(text: str, font: Font, width: int) -> str:
     return text[:short].rstrip() + "\u2026"
 
 
-def slide_title(trace: Trace, ar: Trace | None = None) -> tuple[str, str]:
-    """The two title lines of an exported animation: which run it is (method, model, seed, prompt last,
-    so that a long prompt is what gets cut), then what it cost in model passes, against AR's passes
-    where the same run's AR trace is given."""
+def slide_title(trace: Trace, ar: Trace | None = None) -> tuple[str, ...]:
+    """The title lines of an exported animation: which run it is (method, model, seed, prompt last, so that
+    a long prompt is what gets cut), then what it cost in model passes, against AR's passes where the same
+    run's AR trace is given, and then its latency against AR as the race says it, with its interval."""
     name = trace.method.upper()
     prompt = " ".join(trace.prompt.split())
     headline = f'{name}{" vs AR" if ar is not None else ""} · {trace.model} · seed {trace.seed} · "{prompt}"'
     facts = summary(trace, ar)
     passes = f"NFE {trace.nfe} vs AR's {ar.nfe}" if ar is not None else f"NFE {trace.nfe}"
-    kind = "lossless" if trace.lossless else "lossy"
+    kind = promise(trace.method, trace.lossless)
     compression = ratio_text(facts["step_compression"])
-    return headline, f"{name}: {passes} for {facts['tokens']} tokens · {compression} step compression · {kind}"
+    numbers = f"{name}: {passes} for {facts['tokens']} tokens · {compression} step compression · {kind}"
+    if ar is None:
+        return headline, numbers
+    return headline, numbers, f"{name}: {run_verdict(trace, ar)}"
 
 
 def _grid(trace: Trace) -> object:
@@ -366,6 +369,12 @@ def _legend_keys(traces: Sequence[Trace]) -> tuple[set[str], bool]:
     return shown, any(has_trees(t) for t in traces)
 
 
+def title_lines(traces: Sequence[Trace]) -> int:
+    """The lines of a slide's title (`slide_title`): the run, its passes, and its latency verdict where its AR
+    run is beside it."""
+    return 3 if len(traces) > 1 else 2
+
+
 def _slide_layout(traces: Sequence[Trace]) -> _SlideLayout:
     """The largest whole number of pixels per token cell at which the panels (image and grid each) fit
     SLIDE_SIZE under the title and above the legend; a grid that would need less than one pixel widens
@@ -376,7 +385,7 @@ def _slide_layout(traces: Sequence[Trace]) -> _SlideLayout:
     legend = _legend_rows(slide_font(LEGEND_PX), LEGEND_PX, width - 2 * MARGIN, *_legend_keys(traces))
     if not any(it.verifies_drafts for t in traces for it in t.iterations):  # AR alone: no fates to explain
         legend = [["committed", "pending", "outline"]]
-    title_h = TITLE_LINE + SUBTITLE_LINE
+    title_h = TITLE_LINE + (title_lines(traces) - 1) * SUBTITLE_LINE
     fixed_h = 2 * MARGIN + title_h + SECTION_GAP + LABEL_LINE + SECTION_GAP + len(legend) * LEGEND_LINE
     fixed_w = 2 * MARGIN + (count - 1) * PANEL_GAP + count * INNER_GAP
     scale = min((width - fixed_w) // (2 * count * g.cols), (height - fixed_h) // g.rows)
@@ -424,7 +433,7 @@ def _draw_panel(canvas: Image.Image, panel: Panel, x: int, y: int, scale: int, f
     canvas.paste(_grid_picture(grid_state(trace, j), scale, dark), (x + square[0] + INNER_GAP, top))
 
 
-def slide_frame(panels: Sequence[Panel], title: tuple[str, str], dark: bool = False) -> Image.Image:
+def slide_frame(panels: Sequence[Panel], title: tuple[str, ...], dark: bool = False) -> Image.Image:
     """A frame of an exported animation, SLIDE_SIZE unless the grid needs more: the title, the panels
     side by side (image and grid each, labelled with the method and its progress, "done" once its run
     has finished) and one legend. Panels must share a grid, as a method and AR of one run do."""
@@ -436,7 +445,7 @@ class _Slide:
     """The slide frames of one animation: the layout, title, legend and rules between the runs drawn
     once (they never change between frames), each frame a copy with the panels drawn on it."""
 
-    def __init__(self, traces: Sequence[Trace], title: tuple[str, str], dark: bool):
+    def __init__(self, traces: Sequence[Trace], title: tuple[str, ...], dark: bool):
         if not traces:
             raise ValueError("a slide frame needs at least one run")
         if any(_grid(t) != _grid(traces[0]) for t in traces):
@@ -446,9 +455,13 @@ class _Slide:
         width = layout.size[0]
         self.backdrop = Image.new("RGB", layout.size, BACKGROUND[dark])
         draw = ImageDraw.Draw(self.backdrop)
-        headline, numbers = slide_font(TITLE_PX, bold=True), slide_font(SUBTITLE_PX)
-        for y, line, font in ((layout.title_y, title[0], headline), (layout.title_y + TITLE_LINE, title[1], numbers)):
+        if len(title) != title_lines(traces):
+            raise ValueError(f"a slide of {len(traces)} runs has {title_lines(traces)} title lines, not {len(title)}")
+        y = layout.title_y
+        for index, line in enumerate(title):
+            font = slide_font(TITLE_PX, bold=True) if index == 0 else slide_font(SUBTITLE_PX)
             draw.text((MARGIN, y), _fitted(line, font, width - 2 * MARGIN), FOREGROUND[dark], font)
+            y += TITLE_LINE if index == 0 else SUBTITLE_LINE
         g = traces[0].geometry
         self.panel_w = 2 * g.cols * layout.scale + INNER_GAP
         left, top = layout.panels_xy

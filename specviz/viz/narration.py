@@ -3,14 +3,17 @@
 `iteration_sentence` says in one plain sentence what iteration j did (what was accepted, why the
 first rejection was rejected, what was drawn instead, what the window carries on); `jump` finds the
 next (or previous) pass of a kind worth stepping to: a rejection, a long accepted run, the start of a
-stall. `GLOSSARY` explains the words the views use.
+stall. `GLOSSARY` explains the words the views use. `latency_verdict` is the one claim every view
+makes of a latency against AR, and `promise` what a run's images are to AR's.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from specviz.metrics import STALL_PASSES, Speedup, iteration_at, stalls
+from specviz.core.catalogue import CATALOGUE
+from specviz.metrics import STALL_PASSES, Speedup, iteration_at, stalls, summary, timed_speedup
 from specviz.trace import ContinuousRecord, RowsRecord, TokenRecord, Trace, TreeRecord, WindowRecord
 
 JUMPS = ("rejection", "long", "stall")  # what `jump` can look for
@@ -192,15 +195,89 @@ def latency_text(speedup: float) -> str:
     return f"{ratio_text(speedup)} latency speedup over AR" if speedup >= 1 else f"{ratio_text(speedup)} than AR"
 
 
-def latency_verdict(speedup: float, spread: Speedup | None, with_spread: bool = True) -> str:
+@dataclass(frozen=True)
+class LatencyVerdict:
+    """The latency against AR as a claim its timings support, decided once (`latency_verdict`) so that the
+    race, Compare, the exported figures and animations and the cost panel cannot say it differently: `claim`
+    for a sentence, `label` for a bar or a cell under a latency heading, the repeats' `spread` behind both.
+    `value` is the ratio it speaks of (the repeats' median where the runs were timed again). In a string, the
+    sentence."""
+
+    value: float
+    spread: Speedup | None
+    claim: str  # 'about the same latency as AR', '1.72x latency speedup over AR', '1.19x slower than AR'
+    label: str  # 'about the same', '1.72x', '1.19x slower'
+
+    @property
+    def interval(self) -> str:
+        """The repeats' range in words (`spread_text`); empty for a run timed once, by its own clock."""
+        return "" if self.spread is None else spread_text(self.spread)
+
+    @property
+    def sentence(self) -> str:
+        """'about the same latency as AR (from 1.49x slower to 1.38x faster over 3 timings)'."""
+        return f"{self.claim} ({self.interval})" if self.interval else self.claim
+
+    @property
+    def cell(self) -> str:
+        """'about the same (from 1.49x slower to 1.38x faster over 3 timings)': under a latency heading."""
+        return f"{self.label} ({self.interval})" if self.interval else self.label
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+def latency_verdict(speedup: float, spread: Speedup | None = None) -> LatencyVerdict:
     """The latency against AR as a claim the timings support: 'about the same latency as AR' where the
     repeats disagree on the side (their spread crosses 1: on a shared machine that is noise), else
-    `latency_text` of the median (of `speedup` where the runs were not timed again); the spread follows
-    where there is one, unless `with_spread` is False."""
+    `latency_text` of their median, or of `speedup` (the run's own clocks) where they were not timed again;
+    every view says it through the verdict's words, with its interval."""
+    value = speedup if spread is None else spread.median
+    if spread is not None and spread.low < 1 < spread.high:
+        return LatencyVerdict(value, spread, "about the same latency as AR", "about the same")
+    return LatencyVerdict(value, spread, latency_text(value), ratio_text(value))
+
+
+def run_verdict(trace: Trace, ar: Trace) -> LatencyVerdict:
+    """A run's latency verdict against the AR run of the same prompt and seed, from their repeats where both
+    were timed again, else from their own clocks."""
+    return latency_verdict(summary(trace, ar)["latency_speedup"], timed_speedup(trace, ar))
+
+
+COMPUTE_CLOCK = (
+    "compute time: the CPU seconds of each run's own work, which other programs on the machine cannot inflate"
+)
+
+
+def timed_how(trace: Trace, ar: Trace) -> str | None:
+    """How the verdict's repeats were timed, and the wall clock's verdict where it tells another story (a
+    busy machine): None where the runs were not timed again."""
+    spread = timed_speedup(trace, ar)
     if spread is None:
-        return latency_text(speedup)
-    verdict = "about the same latency as AR" if spread.low < 1 < spread.high else latency_text(spread.median)
-    return f"{verdict} ({spread_text(spread)})" if with_spread else verdict
+        return None
+    how = (
+        f"latency from the median of {spread.repeats} runs of each with nothing drawing, AR and {trace.method} in turns"
+    )
+    if spread.clock != "compute":
+        return f"{how}, on the wall clock"
+    how = f"{how}, on their {COMPUTE_CLOCK}"
+    wall = timed_speedup(trace, ar, clock="wall")
+    said, on_wall = latency_verdict(spread.median, spread), latency_verdict(wall.median, wall)
+    if said.label != on_wall.label or abs(wall.median / spread.median - 1) > 0.1:
+        how += f"; on the wall clock, which also counted the machine's other work: {on_wall.sentence}"
+    return how
+
+
+def promise(method: str, lossless: bool) -> str:
+    """What a run's images are to AR's, in the catalogue's words (README's promise column): 'lossless';
+    'close to exact, measured' where the method's entry names a deviation its exactness check measures but
+    cannot show (CSpD: a gap too small for a test's time); else 'lossy'. A method the catalogue lacks (an
+    uploaded trace of a package not installed here) is 'lossy' unless its trace says lossless."""
+    if lossless:
+        return "lossless"
+    entry = CATALOGUE.get(method)
+    deviation = entry.deviation if entry is not None else None
+    return "close to exact, measured" if deviation is not None and not deviation.shown else "lossy"
 
 
 def spread_text(speedup: Speedup) -> str:

@@ -4,6 +4,7 @@ Jacobi window at an iteration, the iterations strip and the comparison of severa
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from PIL import Image
 from specviz import metrics
 from specviz.core.catalogue import is_baseline
 from specviz.metrics import (
+    Speedup,
     acceptance_maps,
     grid_state,
     has_trees,
@@ -29,7 +31,7 @@ from specviz.metrics import (
 )
 from specviz.trace import Trace, WindowRecord
 from specviz.viz.figures import OFFSET_TITLE, window_title
-from specviz.viz.narration import ratio_text
+from specviz.viz.narration import LatencyVerdict, latency_verdict, promise, ratio_text, run_verdict
 from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES
 from specviz.viz.publication.style import (
     Setting,
@@ -46,6 +48,10 @@ from specviz.viz.publication.style import (
 )
 
 STRIP_HEIGHT = 0.12  # the fate strip under the ratio bars, in units of the ratio axis
+# the comparison's verdicts under its panels: a line's height in their type size, and a character's mean width
+# in ems (serif and sans text of the styles), which sets where a sentence is wrapped
+VERDICT_LINE, CHAR_WIDTH = 1.3, 0.55
+NAME_CHARS = 18  # a method's name and promise beside its bars wrap after this many characters ('close to exact, ...')
 IMAGE_PIXELS = 512  # the image panel is upscaled (nearest) to about this size, so viewers keep cells crisp
 MAP_PANELS = (
     ("iteration", "iteration that\ncommitted it"),
@@ -326,9 +332,24 @@ class ComparisonRow:
 
     label: str
     lossless: bool
+    promise: str  # `narration.promise`: 'lossless', 'lossy' or 'close to exact, measured'
     nfe: list[float] = field(default_factory=list)
     step_compression: list[float] = field(default_factory=list)
-    latency_speedup: list[float] = field(default_factory=list)
+    latency_speedup: list[float] = field(default_factory=list)  # each run's verdict's value
+    latency_spread: list[Speedup | None] = field(default_factory=list)  # each run's timings, where timed again
+
+    @property
+    def verdict(self) -> LatencyVerdict | None:
+        """The latency verdict the race gives its run; over several runs, that of their geometric mean with
+        the lowest and highest of all their timings (a run not timed again counts its own clock once)."""
+        if not self.latency_speedup:
+            return None
+        if len(self.latency_speedup) == 1:
+            return latency_verdict(self.latency_speedup[0], self.latency_spread[0])
+        mean = _geometric_mean(self.latency_speedup)
+        timed = [s or Speedup(v, v, v, 1) for v, s in zip(self.latency_speedup, self.latency_spread, strict=True)]
+        lowest, highest = min(s.low for s in timed), max(s.high for s in timed)
+        return latency_verdict(mean, Speedup(mean, lowest, highest, sum(s.repeats for s in timed)))
 
 
 def _run_key(trace: Trace) -> tuple:
@@ -364,13 +385,15 @@ def comparison_rows(traces: Sequence[Trace]) -> tuple[list[ComparisonRow], list[
     ):
         ar = ar_of.get(_run_key(trace))
         numbers = summary(trace, ar)
-        row = rows.setdefault(label, ComparisonRow(label, trace.lossless))
+        row = rows.setdefault(label, ComparisonRow(label, trace.lossless, promise(trace.method, trace.lossless)))
         row.nfe.append(float(trace.nfe))
         row.step_compression.append(numbers["step_compression"])
         if ar is None:
             unpaired.setdefault((trace.prompt, trace.seed), []).append(label)
         else:
-            row.latency_speedup.append(numbers["latency_speedup"])
+            verdict = run_verdict(trace, ar)
+            row.latency_speedup.append(verdict.value)
+            row.latency_spread.append(verdict.spread)
     if not any(row.latency_speedup for row in rows.values()):
         return list(rows.values()), ["no AR trace given: the comparison shows NFE and step compression only"]
     notes = [
@@ -390,8 +413,10 @@ def _geometric_mean(values: Sequence[float]) -> float:
 
 
 def comparison(traces: Sequence[Trace], setting: Setting) -> Figure:
-    """NFE, step compression and latency against AR of every method given (bars: mean over the
-    prompt and seed runs, geometric for ratios; dots: each run); lossy methods hatched."""
+    """NFE, step compression and latency against AR of every method given (bars: mean over the prompt and
+    seed runs, geometric for ratios; dots: each run); methods that are not lossless hatched. The latency's
+    bar says its verdict's words, its whisker spans the timings, and under the panels each method's verdict
+    is said as the race says it."""
     rows, _ = comparison_rows(traces)
     style, palette = setting.style, setting.palette
     # the baseline takes no parameters, so its row's label is its name
@@ -402,9 +427,12 @@ def comparison(traces: Sequence[Trace], setting: Setting) -> Figure:
     ]
     if any(row.latency_speedup for row in rows):
         panels.append(("latency_speedup", "latency speedup\nover AR", [OKABE_ITO["orange"]] * len(rows)))
+    verdicts = [row.verdict for row in rows]
+    said = _verdict_lines(rows, setting)
     lossy = not all(row.lossless for row in rows)
     height = len(rows) * max(1.7 * style.font_in, 0.16) + 5.5 * style.font_in + title_space(setting)
-    fig = new_figure(setting, height, "methods against AR" + (" (hatched: lossy)" if lossy else ""))
+    height += len(said) * VERDICT_LINE * style.small_pt / 72
+    fig = new_figure(setting, height, "methods against AR" + (" (hatched: not lossless)" if lossy else ""))
     axes = fig.subplots(1, len(panels), sharey=True)
     y = np.arange(len(rows))
     several_runs = any(len(row.nfe) > 1 for row in rows)
@@ -418,15 +446,35 @@ def comparison(traces: Sequence[Trace], setting: Setting) -> Figure:
                 bar.set_hatchcolor(hatch_color(fill))
             if several_runs:
                 ax.plot(values[k], [k] * len(values[k]), "o", color=setting.foreground, markersize=2 * style.line_pt)
-            text = (f"{means[k]:.0f}" if key == "nfe" else ratio_text(means[k])) if values[k] else "no AR"
             end = max([means[k], *values[k]])  # right of the bar and of every dot
+            verdict = verdicts[k] if key == "latency_speedup" and not is_baseline(row.label) else None
+            if verdict is not None and verdict.spread is not None:  # the timings' range, as Compare's whiskers
+                low, high = verdict.spread.low, verdict.spread.high
+                ax.errorbar(means[k], k, xerr=[[means[k] - low], [high - means[k]]], fmt="none",
+                            ecolor=setting.foreground, elinewidth=style.line_pt, capsize=2 * style.line_pt)  # fmt: skip
+                end = max(end, high)
+            if key == "nfe":
+                text = f"{means[k]:.0f}"
+            else:
+                text = (verdict.label if verdict else ratio_text(means[k])) if values[k] else "no AR"
             ax.annotate(text, (end, k), xytext=(3, 0), textcoords="offset points", va="center")
         if key != "nfe":
             ax.axvline(1.0, color=palette["committed"], linestyle="--", linewidth=style.line_pt)
         ax.set_xlim(0, 1.6 * max((max(v) for v in values if v), default=1.0))
         ax.xaxis.set_major_locator(MaxNLocator(nbins=3))
         ax.set_xlabel(label, linespacing=1.0)
-    axes[0].set_yticks(y, [row.label + ("" if row.lossless else " (lossy)") for row in rows])
+    names = [row.label + ("" if row.lossless else f" ({row.promise})") for row in rows]
+    axes[0].set_yticks(y, ["\n".join(textwrap.wrap(name, NAME_CHARS)) for name in names])
     axes[0].invert_yaxis()
     axes[0].tick_params(axis="y", length=0)
+    if said:
+        fig.supxlabel("\n".join(said), x=0.0, ha="left", fontsize=style.small_pt, linespacing=1.1)
     return fig
+
+
+def _verdict_lines(rows: list[ComparisonRow], setting: Setting) -> list[str]:
+    """Each method's latency verdict against AR as the race says it ('sjd: about the same latency as AR (from
+    1.49x slower to 1.38x faster over 3 timings)'), wrapped to the figure's width."""
+    chars = int(72 * setting.width_in / (CHAR_WIDTH * setting.style.small_pt))
+    said = [f"{row.label}: {row.verdict}" for row in rows if row.verdict and not is_baseline(row.label)]
+    return [line for sentence in said for line in textwrap.wrap(sentence, chars)]
