@@ -623,11 +623,11 @@ def _undecodable(trace: Trace, model: ImageModel) -> str | None:
 
     entry = get_entry(trace.model)
     method = METHODS.get(trace.method)
-    reorders = method is not None and method.reorder is not None and not entry.random_order
+    reorders = method is not None and method.out_of_raster and not entry.random_order
+    g = trace.geometry
     m = model.geometry
     if reorders:
-        m = method.reorder(m, method.resolve(trace.params))
-    g = trace.geometry
+        m = method.decided_geometry(m, method.resolve(trace.params), g.order)
     if (g.rows, g.cols) != (m.rows, m.cols):
         return f"its grid is {g.rows}x{g.cols} and model {trace.model}'s {m.rows}x{m.cols}"
     if g.vocab_size != m.vocab_size:

@@ -246,6 +246,25 @@ def acceptance_maps(trace: Trace) -> dict[str, np.ndarray]:
     }
 
 
+def row_run_lengths(trace: Trace) -> np.ndarray:
+    """A run of rows with windows (PJD), per cell: the tokens its row committed in the pass that committed
+    it (1 to the window; the first token, drawn from the prefill, 1); NaN where nothing is committed yet."""
+    values = np.full(len(trace.geometry.layout), np.nan)
+    for it in trace.iterations:
+        windows = getattr(it, "windows", None) or []
+        at = it.start
+        for window in windows:
+            values[at : at + window.committed] = window.committed
+            at += window.committed
+        values[at : it.start + len(it.committed)] = 1  # a pass without windows: its token drawn alone
+    return on_grid(trace, values, np.nan)
+
+
+def has_row_windows(trace: Trace) -> bool:
+    """Whether a rows run verified a Jacobi window in each row (PJD) rather than drawing a token per row."""
+    return any(getattr(it, "windows", None) is not None for it in trace.iterations)
+
+
 def changed_share(iterations: list[Iteration]) -> float | None:
     """Of the drafts window passes carried into the next window, the share whose token changed: what SCD's
     coupling lowers against SJD's independent redraws. None where no pass carried a draft (AR, trees)."""

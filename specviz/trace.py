@@ -7,6 +7,7 @@ kept, never full distributions, so a trace of a 256-token image is a few tens of
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -277,28 +278,115 @@ class TokenRecord(_Record):
         return self
 
 
+class RowWindow(_Strict):
+    """One row's Jacobi window in a pass of rows in flight (PJD): `row` its grid row, `head` the sequence
+    position of the token fed before its drafts (the row's latest decided token, or the end of the row
+    above), and per draft after it: `drafts` the tokens, `ratio` min(1, p/q), `fate` (`accepted`; at the
+    first refusal `rejected`; after it `kept` for the next pass, or `redrawn` from p). `new` counts the
+    last drafts drawn at random for this pass (verified for the first time); `committed` the tokens the row
+    fixed: its accepted drafts, and where the row resamples (the top row) the token drawn after them."""
+
+    row: Annotated[int, Field(ge=0, lt=4096)]
+    head: Count
+    drafts: _per_draft(Count)
+    ratio: _per_draft(Probability)
+    fate: _per_draft(Fate)
+    new: Count = 0
+    committed: Count
+
+    @property
+    def accepted(self) -> int:
+        return self.fate.count("accepted")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RowWindow:
+        n = len(self.drafts)
+        if len(self.ratio) != n or len(self.fate) != n or self.new > n:
+            raise ValueError(f"a row's window needs a ratio and a fate per draft ({n}), and at most {n} new")
+        accepted = self.accepted
+        rejected = ["rejected"] if accepted < n else []
+        if self.fate[: accepted + 1] != ["accepted"] * accepted + rejected:
+            raise ValueError("a row's fates are accepted, then rejected at its first refusal")
+        if not set(self.fate[accepted + 1 :]) <= {"kept", "redrawn"}:
+            raise ValueError("a row's drafts after its first refusal are kept or redrawn")
+        if self.committed not in (accepted, accepted + 1):
+            raise ValueError("a row commits its accepted drafts and at most one token after them")
+        return self
+
+
 class RowsRecord(_Record):
-    """A pass that drew one token in each image row in flight (ZipAR) and verified no draft. `rows` is
-    the grid row of each committed token, top row first; `fed` the tokens the pass fed to the model, of
-    which `stand_ins` stood in for the unfinished end of a row above. The run's positions are in the
-    order it decided them (its geometry's `order`), so a pass commits consecutive positions there."""
+    """A pass over several image rows in flight. ZipAR: one token drawn in each row, nothing verified.
+    PJD: each row's Jacobi window verified (`windows`, top row first), each row committing its accepted
+    drafts (and the top row the token after them), `accepted` of them in all. `rows` is the grid row of
+    each committed token, top row first; `fed` the tokens the pass fed to the model, of which `stand_ins`
+    stood in for the unfinished end of a row above. The run's positions are in the order it decided them
+    (its geometry's `order`), so a pass commits consecutive positions there; where that order is known
+    only as the run goes (PJD), `positions` names the sequence position of each committed token."""
 
     kind: Literal["rows"] = "rows"
     rows: Annotated[list[Annotated[int, Field(ge=0, lt=4096)]], Field(min_length=1, max_length=MAX_DRAFTS + 1)]
     fed: Count = 0
     stand_ins: Count = 0
+    positions: Annotated[list[Count], Field(max_length=MAX_DRAFTS + 1)] | None = None
+    windows: Annotated[list[RowWindow], Field(max_length=4096)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> RowsRecord:
-        if self.accepted:
-            raise ValueError("a rows pass draws its tokens and accepts no draft")
         if len(self.rows) != len(self.committed):
             raise ValueError("a rows pass names the row of every token it commits")
-        if any(later <= earlier for earlier, later in zip(self.rows, self.rows[1:], strict=False)):
-            raise ValueError("a rows pass draws one token per row, top row first")
+        if self.positions is not None and len(set(self.positions)) != len(self.committed):
+            raise ValueError("a rows pass names a distinct position for every token it commits")
         if self.stand_ins > self.fed:
             raise ValueError("stand-ins are among the tokens a pass fed")
+        if self.windows is None:
+            if self.accepted:
+                raise ValueError("a rows pass draws its tokens and accepts no draft")
+            if any(later <= earlier for earlier, later in zip(self.rows, self.rows[1:], strict=False)):
+                raise ValueError("a rows pass draws one token per row, top row first")
+            return self
+        self._windows_commit_in_order()
         return self
+
+    def _windows_commit_in_order(self) -> None:
+        """Rows' windows top row first, each row's committed tokens beginning with its accepted drafts, at
+        the positions after its head."""
+        windows = self.windows
+        if any(later.row <= earlier.row for earlier, later in itertools.pairwise(windows)):
+            raise ValueError("a rows pass gives one window per row, top row first")
+        if self.rows != [window.row for window in windows for _ in range(window.committed)]:
+            raise ValueError("a rows pass commits each row's tokens in its window's order")
+        if self.accepted != sum(window.accepted for window in windows):
+            raise ValueError("a rows pass accepts the drafts its windows accept")
+        at = 0
+        for window in windows:
+            if self.committed[at : at + window.accepted] != window.drafts[: window.accepted]:
+                raise ValueError(f"row {window.row}'s committed tokens must begin with its accepted drafts")
+            placed = range(window.head + 1, window.head + 1 + window.committed)
+            if self.positions is not None and self.positions[at : at + window.committed] != list(placed):
+                raise ValueError(f"row {window.row} commits the positions after its head")
+            at += window.committed
+
+    @property
+    def verifies_drafts(self) -> bool:
+        return any(window.drafts for window in self.windows or [])
+
+    def rejects(self) -> bool:
+        return any("rejected" in window.fate for window in self.windows or [])
+
+    def drafted_ids(self) -> list[int]:
+        return [token for window in self.windows or [] for token in window.drafts]
+
+    @property
+    def changed(self) -> int:
+        return sum(window.fate.count("redrawn") for window in self.windows or [])
+
+    @property
+    def carried(self) -> int:
+        return sum(window.fate.count("redrawn") + window.fate.count("kept") for window in self.windows or [])
+
+    @property
+    def new_drafts(self) -> int:
+        return sum(window.new for window in self.windows or [])
 
 
 class GroupTest(_Strict):
@@ -622,8 +710,8 @@ class Trace(_Strict):
     @property
     def kind(self) -> str:
         """What the run's passes verified: "window", "tree" or "continuous" drafts, "rows" where each pass
-        drew a token in several rows (ZipAR), or "token" where every pass drew one token (AR on a discrete
-        model)."""
+        went over several rows in flight (ZipAR's one token each, PJD's window each), or "token" where
+        every pass drew one token (AR on a discrete model)."""
         return next((it.kind for it in self.iterations if it.kind != "token"), "token")
 
     @model_validator(mode="after")
@@ -684,6 +772,25 @@ class Trace(_Strict):
             cells = g.order[it.start : it.start + len(it.committed)] if it.kind == "rows" else []
             if any(cell != -1 and cell // g.cols != row for cell, row in zip(cells, it.rows, strict=False)):
                 raise ValueError(f"iteration {index}: a token lies outside the row the record names")
+        named = [it.positions for it in self.iterations if it.kind == "rows"]
+        if any(positions is not None for positions in named):
+            self._positions_give_the_order([p for positions in named for p in positions or []])
+
+    def _positions_give_the_order(self, positions: list[int]) -> None:
+        """A run whose records name the positions they decide (PJD) has the geometry they imply: those
+        positions in that order, then the rest in raster order, each with its raster cell and layout entry."""
+        g, length = self.geometry, len(self.geometry.layout)
+        if any(it.kind == "rows" and it.positions is None for it in self.iterations):
+            raise ValueError("every rows pass of a run that names its positions names them")
+        if len(set(positions)) != len(positions) or not all(position < length for position in positions):
+            raise ValueError(f"the positions a run decides are distinct positions of its {length}")
+        listed = [*positions, *sorted(set(range(length)) - set(positions))]
+        raster = [0] * length
+        for position, entry in zip(listed, g.layout, strict=True):
+            raster[position] = entry
+        cells = list(itertools.accumulate(entry == -1 for entry in raster))
+        if [cells[position] - 1 if raster[position] == -1 else -1 for position in listed] != g.order:
+            raise ValueError("the order does not list the cells of the positions the run decided, in that order")
 
     def to_json(self) -> str:
         return self.model_dump_json()

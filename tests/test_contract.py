@@ -10,6 +10,7 @@ import torch
 from model_zoo import FAMILIES, Family, emu3, valid_tokens
 
 from specviz.models.protocol import IMAGE_CELL, ImageModel, Session
+from specviz.models.reference import uncached_logits
 
 ATOL = 1e-4  # raw logits of the same positions by passes of different shapes, guidance combined
 # a draft tree of 12 tokens: two children of the committed prefix (0 and 6), depths 0-4
@@ -208,3 +209,56 @@ def test_passes_out_of_raster_order_refuse_repeated_and_outside_positions(tiny):
         session.forward_at(tokens, [3, 3])
     with pytest.raises(ValueError, match="lie in the sequence"):
         session.forward_at(tokens, [0, tiny.geometry.seq_len])
+
+
+# ---- passes of drafts (PJD): an explicit mask among the pass's tokens, and only what is kept stays ----------
+
+
+@pytest.mark.parametrize("guided", [False, True])
+def test_a_pass_of_drafts_sees_what_its_mask_says_and_keeps_only_what_it_is_told(family, model, guided):
+    """Two chains of drafts at the same positions (3-5 and 3-4) in one pass, each seeing only itself: each
+    row equals the uncached forward of its own sequence. Keeping the second chain's first token (not the
+    first token fed) gathers it into place: the next pass sees it, not the dropped ones. A kept token at a
+    held position replaces it."""
+    scale = family.guidance_scale if guided else 1.0
+    a, b, c = (valid_tokens(model, 9, seed=seed) for seed in (3, 5, 7))
+    image = torch.tensor(model.geometry.layout[1:]) == IMAGE_CELL  # the positions a row of logits predicts
+
+    def expected(sequence: torch.Tensor, positions: list[int]) -> torch.Tensor:
+        return uncached_logits(model, family.prompt, scale, sequence)[[p + 1 for p in positions]]
+
+    def check(got: torch.Tensor, sequence: torch.Tensor, positions: list[int]) -> None:
+        shown = image[positions]
+        torch.testing.assert_close(got[shown], expected(sequence, positions)[shown], atol=ATOL, rtol=0)
+
+    session = model.session(family.prompt, scale)
+    session.forward_at(a[:3], [0, 1, 2])
+    chains = torch.zeros(5, 5, dtype=torch.bool)
+    chains[:3, :3] = chains[3:, 3:] = True
+    logits = session.forward_at(torch.cat([a[3:6], b[3:5]]), [3, 4, 5, 3, 4], chains.tril())
+    check(logits[:3], a[:6], [3, 4, 5])
+    check(logits[3:], torch.cat([a[:3], b[3:5]]), [3, 4])
+    session.keep([3])  # b's token at 3 stays; a's 3-5 and b's 4 leave
+    kept = torch.cat([a[:3], b[3:4]])
+    logits = session.forward_at(c[4:6], [4, 5], torch.ones(2, 2, dtype=torch.bool).tril())
+    check(logits, torch.cat([kept, c[4:6]]), [4, 5])
+    session.keep([0, 1])
+    session.forward_at(a[6:7], [6], torch.ones(1, 1, dtype=torch.bool))
+    session.keep([0])
+    session.forward_at(b[6:7], [6], torch.ones(1, 1, dtype=torch.bool))
+    session.keep([0])  # b's token at 6 replaces a's
+    logits = session.forward_at(c[7:8], [7], torch.ones(1, 1, dtype=torch.bool))
+    check(logits, torch.cat([kept, c[4:6], b[6:7], c[7:8]]), [7])
+    assert session.nfe == 7 and session.tokens_fed == 13  # the prefill and six passes
+
+
+def test_a_pass_of_drafts_refuses_a_mask_of_another_shape_and_two_kept_tokens_at_one_position(tiny):
+    session = tiny.session("rocket", 1.0)
+    tokens = torch.zeros(2, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"sees must be an \(2, 2\) mask"):
+        session.forward_at(tokens, [0, 0], torch.zeros(2, 3, dtype=torch.bool))
+    session.forward_at(tokens, [0, 0], torch.zeros(2, 2, dtype=torch.bool))  # each token sees itself regardless
+    with pytest.raises(ValueError, match="distinct positions"):
+        session.keep([0, 1])
+    with pytest.raises(ValueError, match="cannot keep"):
+        session.keep([2])

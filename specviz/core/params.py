@@ -449,3 +449,44 @@ class ZiparParameters(Parameters):
         # at most one token per row in flight, and at most every row: the side of a square grid of seq_len cells
         # (every model's grid is square, a row-end slot or so aside)
         return rows_bytes(math.isqrt(seq_len) + 1, vocab_size)
+
+
+@dataclass(frozen=True)
+class PjdParameters(Parameters):
+    """PJD (Liao et al., CVPR 2026). Defaults are the constants of the authors' Lumina-mGPT code
+    (`boyaliao/PJD`): `window_size` 8 tokens a row, a row starting at `long_size` 9 decided tokens of the
+    row above (its leading token and 8 cells), a draft kept after a rejection where min(1, p/q) > 0.5."""
+
+    window: int = parameter(
+        8, "PJD: tokens fed per row in flight, its head and up to window - 1 drafts (a row below the top one feeds "
+        "fewer: its drafts stay two columns behind the decided cells of the row above)", "Window W",
+        low=2, high=MAX_WINDOW,
+    )  # fmt: skip
+    row_start: int = parameter(
+        8, "PJD: a row starts once the row above has this many cells decided (or is complete)", "Row start",
+        low=1, high=MAX_GRID_SIDE,
+    )  # fmt: skip
+    reuse_threshold: float = parameter(
+        0.5, "PJD: after a row's first rejection, a later draft stays for the next pass where min(1, p/q) exceeds "
+        "this, tested then against its old q; else the model's own draw from p takes its slot (0 keeps nearly "
+        "every draft, 1 none)", "Reuse threshold",
+        low=0.0, high=1.0,
+    )  # fmt: skip
+    row_mask: bool = parameter(
+        True,
+        "PJD's row-causal mask: a row's tokens see the decided tokens and the heads of the rows above, not their "
+        "drafts (false: every token fed at an earlier position)",
+        "Row-causal mask",
+    )
+    residual_all_rows: bool = parameter(
+        False,
+        "every row in flight, not only the top one, commits the residual at its first rejection and a draw after "
+        "a fully accepted window (the authors' code: the top row only; not the paper's method)",
+        "Residual in every row",
+    )
+
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        # up to `window` tokens for each row in flight, each with two rows of the vocabulary (its p; a draft's
+        # recorded q and its next draft's q count about one more); the rows in flight bounded by the side of a
+        # square grid, about eight times the most seen (6 on Lumina-mGPT's 48 x 48)
+        return rows_bytes(2 * (math.isqrt(seq_len) + 1) * self.window, vocab_size)

@@ -25,7 +25,8 @@ class TokenDecoder:
     """A discrete model's run: the session is the model's, `prepare` does the method's per-model work
     (a neighbour table, a drafter's check) after the prefill and untimed, and each record's committed
     ids are the image's tokens, in the order of `geometry` (the model's, or the order a method decides
-    positions in)."""
+    positions in). A method whose order is known only as it runs (PJD) gives no geometry: its records name
+    the positions they decide, and `geometry` lists those first, the rest after them in raster order."""
 
     def __init__(
         self,
@@ -36,13 +37,15 @@ class TokenDecoder:
         sampling: SamplingSettings,
         params: Parameters,
         prepare: Callable[[Any, Parameters], None],
-        geometry: Geometry,
+        geometry: Geometry | None,
     ):
         started = time.perf_counter()
         self.session = model.session(prompt, sampling.guidance_scale)
         self.prefill_ms = (time.perf_counter() - started) * 1000
         prepare(self.session, params)
-        self.geometry = geometry
+        self._fixed, self._raster = geometry, model.geometry
+        self._decided: Geometry | None = None  # the geometry of the positions named so far, made when asked
+        self.positions: list[int] = []  # where the order is known only as the run goes: the positions decided
         self.tokens: list[int] = []
         generator = torch.Generator(device=model.device).manual_seed(seed)
         self._records = loop(self.session, sampling, generator, params)
@@ -52,7 +55,20 @@ class TokenDecoder:
         record = next(self._records, None)
         if record is not None:
             self.tokens.extend(record.committed)
+            if self._fixed is None:
+                self.positions.extend(record.positions)
+                self._decided = None
         return record
+
+    @property
+    def geometry(self) -> Geometry:
+        """The run's geometry: the model's, a static decision order's, or the positions decided so far
+        followed by the rest in raster order (complete once the run is)."""
+        if self._fixed is not None:
+            return self._fixed
+        if self._decided is None:
+            self._decided = self._raster.in_decision_order(self.positions)
+        return self._decided
 
     @property
     def decodable(self) -> list[int]:

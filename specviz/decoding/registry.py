@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -54,8 +54,20 @@ class Method(MethodInfo):
         loop = self.runs_on(model)
         if is_continuous(model):
             return VectorDecoder(model, loop, prompt, seed, sampling, parameters)
-        geometry = model.geometry if self.reorder is None else self.reorder(model.geometry, parameters)
+        geometry = None if self.order_as_it_runs else self.decided_geometry(model.geometry, parameters)
         return TokenDecoder(model, loop, prompt, seed, sampling, parameters, self.prepare, geometry)
+
+    def decided_geometry(
+        self, geometry: Geometry, parameters: Parameters, order: Sequence[int] | None = None
+    ) -> Geometry:
+        """The geometry of this method's traces on a model of `geometry`: the model's, in raster order; a static
+        decision order's; or, for a method whose order is known only as it runs, the one a trace's `order`
+        implies (the model's positions in that order; without one, or one of another grid, the model's)."""
+        if self.reorder is not None:
+            return self.reorder(geometry, parameters)
+        if self.order_as_it_runs and order is not None and sorted(order) == sorted(geometry.cell_of_position()):
+            return geometry.in_decision_order(geometry.positions_in(order))
+        return geometry
 
     def prepare(self, session: Session, parameters: Parameters) -> None:
         """Per-model work that is not part of decoding (a neighbour table), done before a run is timed;
@@ -64,7 +76,8 @@ class Method(MethodInfo):
             neighbour_table(token_vectors(session, self.name), parameters.neighbours)
         if isinstance(parameters, DraftedTreeParameters):  # a drafter proposes the tree
             check_needs(session, parameters.drafter)
-        if self.decision_order is not None and not callable(getattr(session, "forward_at", None)):
+        needs = ("forward_at", "keep") if self.order_as_it_runs else ("forward_at",)
+        if self.out_of_raster and not all(callable(getattr(session, name, None)) for name in needs):
             raise UnsupportedMethod(f"{self.name} feeds tokens out of raster order, which this model's session cannot")
         widest = getattr(session, "widest_pass", None)  # a session of fixed-width passes (the fast path)
         drafts = getattr(parameters, "tree_tokens", None)

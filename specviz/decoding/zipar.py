@@ -36,7 +36,7 @@ Where this differs from the official code (`ThisisBillhe/ZipAR`):
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -132,12 +132,8 @@ def schedule(geometry: Geometry, window_size: int) -> list[ZipPass]:
 def decision_geometry(geometry: Geometry, params: ZiparParameters) -> Geometry:
     """The geometry of a ZipAR trace: the sequence positions in the order the schedule decides them,
     each with its grid cell (`order`, -1 for a layout slot) and its layout entry."""
-    positions = [position for step in schedule(geometry, params.window_size) for position in step.decided]
-    cells = geometry.cell_of_position()
-    return replace(
-        geometry,
-        layout=tuple(geometry.layout[position] for position in positions),
-        order=tuple(cells[position] for position in positions),
+    return geometry.in_decision_order(
+        [position for step in schedule(geometry, params.window_size) for position in step.decided]
     )
 
 

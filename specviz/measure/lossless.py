@@ -147,14 +147,18 @@ def sample_sequences(
     spec = get_method(method)
     params = spec.resolve(params)
     generator = torch.Generator(device=model.device).manual_seed(seed)  # the device's own random stream
-    # a method that decides positions out of raster order (ZipAR) commits them in its own order
+    # a method that decides positions out of raster order commits them in its own order: ZipAR's is fixed, PJD's
+    # records name theirs
     order = None if spec.reorder is None else spec.reorder(model.geometry, params).order
     sequences = []
     with torch.inference_mode():
         for _ in range(samples):
             session = model.session("", sampling.guidance_scale)
             spec.prepare(session, params)
-            tokens = [t for it in spec.iterate(session, sampling, generator, params) for t in it.committed]
+            records = list(spec.iterate(session, sampling, generator, params))
+            tokens = [t for it in records for t in it.committed]
+            if spec.order_as_it_runs:
+                order = model.geometry.in_decision_order([p for it in records for p in it.positions]).order
             if order is not None:
                 tokens, _ = in_raster_order(model.geometry, tokens, order)
             sequences.append(tuple(tokens))

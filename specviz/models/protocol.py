@@ -8,7 +8,7 @@ with a one-hot distribution, so every method treats them as slots that are alway
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -45,6 +45,26 @@ class Geometry:
     @property
     def seq_len(self) -> int:
         return len(self.layout)
+
+    def in_decision_order(self, positions: Sequence[int]) -> Geometry:
+        """This raster geometry with its positions listed in the order a method decides them: `positions`
+        first (all of them, or those decided so far), then the rest in raster order, each with its grid
+        cell (`order`, -1 for a layout slot) and its layout entry."""
+        if self.order is not None:
+            raise ValueError("a decision order lists the positions of a raster grid; this one has its own order")
+        listed = [*positions, *sorted(set(range(self.seq_len)) - set(positions))]
+        cells = self.cell_of_position()
+        return replace(
+            self, layout=tuple(self.layout[position] for position in listed), order=tuple(cells[p] for p in listed)
+        )
+
+    def positions_in(self, order: Sequence[int]) -> list[int]:
+        """The raster positions a decision order of this geometry lists (its cells, and -1 for each layout
+        slot, taken in raster order): what `in_decision_order` was given."""
+        cells = self.cell_of_position()
+        position_of_cell = {cell: position for position, cell in enumerate(cells) if cell >= 0}
+        slots = iter(position for position, cell in enumerate(cells) if cell < 0)
+        return [position_of_cell[cell] if cell >= 0 else next(slots) for cell in order]
 
     def cell_of_position(self) -> list[int]:
         """Raster grid cell of each sequence position, or -1 for a layout slot."""

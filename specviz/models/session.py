@@ -163,6 +163,9 @@ class CachedSession:
         # order, and whether it is still seen (a replaced stand-in is not); None while the cache is a prefix
         self._held: torch.Tensor | None = None
         self._live: torch.Tensor | None = None
+        # the positions of the last `forward_at` with `sees`, on the device and on the host
+        self._pending_positions: torch.Tensor | None = None
+        self._pending_held: list[int] = []
         self._has_layout = any(entry != IMAGE_CELL for entry in geometry.layout)
         # the forced token of every position, and a sentinel for positions past the end
         self._layout_device = torch.tensor([*geometry.layout, IMAGE_CELL], device=self._device)
@@ -213,36 +216,55 @@ class CachedSession:
         self._last = self._force(self._combine(raw.float(), self._scale), self.position + 1, depth)
         return self._last
 
-    def forward_at(self, tokens: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
-        """One pass feeding decided tokens at sequence positions out of raster order (several image rows
-        in flight, as ZipAR decodes): token i sits at `positions[i]`, sees the prompt and every token held
-        at an earlier position (this pass's included), and row i of the (n, V) logits is the distribution
-        of position `positions[i] + 1`. The tokens stay: nothing is committed or rolled back. A token fed
-        at a position already held replaces the one there (a stand-in fed before its position was
-        decided), which no later token sees.
+    def forward_at(
+        self, tokens: torch.Tensor, positions: Sequence[int], sees: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """One pass feeding tokens at sequence positions out of raster order (several image rows in flight,
+        as ZipAR and PJD decode): token i sits at `positions[i]`, and row i of the (n, V) logits is the
+        distribution of position `positions[i] + 1`.
+
+        Without `sees` the tokens are decided and stay: token i sees the prompt and every token held at an
+        earlier position (this pass's included); a token fed at a position already held replaces the one
+        there (a stand-in fed before its position was decided), which no later token sees. With `sees`,
+        an (n, n) boolean host tensor, the pass is one of drafts (PJD): token i sees the prompt, every token
+        held at an earlier position, itself, and those of this pass with `sees[i, j]`; positions
+        may repeat, and none of the pass's tokens stays unless `keep` names it.
 
         Once a session has passed tokens this way its raster prefix (`position`, `commit`) no longer
         describes it, so `forward` refuses."""
         held = [int(position) for position in positions]
         tokens = tokens.reshape(-1)
-        if len(held) != len(tokens) or len(set(held)) != len(held):
+        count = len(held)
+        if len(tokens) != count or (sees is None and len(set(held)) != count):
             raise ValueError(f"{len(tokens)} tokens need {len(tokens)} distinct positions, got {held}")
         if not all(0 <= position < self.geometry.seq_len for position in held):
             raise ValueError(f"positions must lie in the sequence of {self.geometry.seq_len}, got {held}")
+        if sees is not None and sees.shape != (count, count):
+            raise ValueError(f"sees must be an ({count}, {count}) mask, got {tuple(sees.shape)}")
         self._drop_pending(self._pending)
         if self._held is None:  # the committed raster prefix, as held positions
             self._held = torch.arange(self.position, device=self._device)
             self._live = torch.ones(self.position, dtype=torch.bool, device=self._device)
-        with intended_sync():  # the pass's positions, in one copy to the device
-            new = torch.tensor(held, device=self._device)
-        self._live = torch.cat([self._live & ~torch.isin(self._held, new), torch.ones_like(new, dtype=torch.bool)])
-        self._held = torch.cat([self._held, new])
+        with intended_sync():  # the pass's positions (and what its tokens see), in one copy to the device
+            if sees is None:
+                new = torch.tensor(held, device=self._device)
+            else:
+                packed = torch.cat([torch.tensor(held), sees.reshape(-1).long()]).to(self._device)
+                new, among = packed[:count], packed[count:].view(count, count).bool()
+        if sees is None:
+            self._live = torch.cat([self._live & ~torch.isin(self._held, new), torch.ones_like(new, dtype=torch.bool)])
+            self._held = torch.cat([self._held, new])
+            seen = self._live[None, :] & (self._held[None, :] <= new[:, None])  # (n, tokens held)
+        else:
+            earlier = self._live[None, :] & (self._held[None, :] < new[:, None])
+            itself = torch.eye(count, dtype=torch.bool, device=self._device)
+            seen = torch.cat([earlier, among | itself], dim=1)
+            self._pending, self._pending_positions, self._pending_held = count, new, held
         prompt, rows = self._prompt, self._rows
         visible = prompt.visible
         if visible is None:
             visible = torch.ones(rows, prompt.width, dtype=torch.bool, device=self._device)
-        sees = self._live[None, :] & (self._held[None, :] <= new[:, None])  # (n, tokens held)
-        mask = torch.cat([visible[:, None, :].expand(rows, len(held), -1), sees.expand(rows, -1, -1)], dim=-1)
+        mask = torch.cat([visible[:, None, :].expand(rows, count, -1), seen.expand(rows, -1, -1)], dim=-1)
         mask = self._to_cache_length(mask)
         first = prompt.first_position
         if first is None:
@@ -254,8 +276,29 @@ class CachedSession:
         if isinstance(raw, tuple):
             raw, self.features = raw
         self.nfe += 1
-        self.tokens_fed += len(held)
+        self.tokens_fed += count
         return self._force(self._combine(raw.float(), self._scale), 1, new)
+
+    def keep(self, indices: Sequence[int]) -> None:
+        """Keep the tokens at `indices` of the last `forward_at` with `sees` (decided ones: accepted drafts, a
+        row's head) and drop the rest from the cache; a kept token replaces the one held at its position,
+        which no later token sees."""
+        kept = [int(index) for index in indices]
+        if not all(0 <= index < self._pending for index in kept):
+            raise ValueError(f"cannot keep {kept} of the {self._pending} tokens of the last pass")
+        if len({self._pending_held[index] for index in kept}) != len(kept):
+            raise ValueError(f"the tokens kept, {kept}, must lie at distinct positions")
+        if not kept:
+            self._drop_pending(self._pending)
+            return
+        start = self._prompt.width + len(self._held)
+        if kept == list(range(len(kept))):
+            new = self._pending_positions[: len(kept)]
+        else:
+            new = self._pending_positions[self._gather(kept, start)]
+        self._drop_pending(self._pending - len(kept))
+        self._live = torch.cat([self._live & ~torch.isin(self._held, new), torch.ones_like(new, dtype=torch.bool)])
+        self._held = torch.cat([self._held, new])
 
     def commit(self, keep: int | Sequence[int] | torch.Tensor) -> None:
         """Keep the first `keep` tokens of the last forward, or the root-to-node path `keep` of its tree."""
@@ -271,7 +314,7 @@ class CachedSession:
         self._check_path(path)
         count = len(path)
         if path != list(range(count)):
-            self._gather(path)
+            self._gather(path, self._prompt.width + self.position)
         self._drop_pending(self._pending - count)
         if count:
             self._next = self._last[path[-1]]
@@ -306,17 +349,19 @@ class CachedSession:
             raise ValueError(f"a pass needs {mask.shape[-1]} cache slots; the static cache holds {self._static_length}")
         return F.pad(mask, (0, self._static_length - mask.shape[-1]), value=False)
 
-    def _gather(self, path: list[int]) -> None:
-        """Move the path's keys and values to the slots right after the committed prefix."""
-        start = self._prompt.width + self.position
+    def _gather(self, path: list[int], start: int) -> torch.Tensor:
+        """Move the keys and values of the pending tokens at `path` (indices from cache slot `start`) to the
+        slots from `start`, in that order; returns `path` on the device."""
         with intended_sync():  # the kept path's one copy to the device
-            source = torch.tensor(path, device=self._device) + start
+            index = torch.tensor(path, device=self._device)
         if not isinstance(self._cache, DynamicCache | StaticCache):
             raise TypeError(f"cannot keep a tree path in a {type(self._cache).__name__}; use a DynamicCache")
+        source = index + start
         with torch.inference_mode():
             for layer in self._cache.layers:
                 layer.keys[..., start : start + len(path), :] = layer.keys[..., source, :]
                 layer.values[..., start : start + len(path), :] = layer.values[..., source, :]
+        return index
 
     def _attention(self, ancestors: torch.Tensor, depth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Boolean mask (rows, 1, n, cache length after the pass) and position ids (rows, n) of a pass:

@@ -156,17 +156,17 @@ def decoder_for(trace: Trace) -> ImageModel | None:
     if entry is None or trace.model not in offered_models() or entry.offline() is not None:
         return None
     method = METHODS.get(trace.method)
-    reorders = method is not None and method.reorder is not None and not entry.random_order
+    reorders = method is not None and method.out_of_raster and not entry.random_order
     if (trace.geometry.order is not None) != (entry.random_order or reorders):
         return None
     try:
         model = get_model(trace.model)
     except ModelUnavailable:
         return None
+    g = trace.geometry
     m = model.geometry
     if reorders:
-        m = method.reorder(m, method.resolve(trace.params))
-    g = trace.geometry
+        m = method.decided_geometry(m, method.resolve(trace.params), g.order)
     same = (g.rows, g.cols, g.vocab_size, tuple(g.layout)) == (m.rows, m.cols, m.vocab_size, m.layout)
     return model if same and (not reorders or tuple(g.order) == m.order) else None
 

@@ -13,7 +13,15 @@ import matplotlib
 import numpy as np
 from PIL import Image, ImageColor
 
-from specviz.metrics import DRAWN_DEPTH, acceptance_maps, cell_of_position, depth_map, window_size
+from specviz.metrics import (
+    DRAWN_DEPTH,
+    acceptance_maps,
+    cell_of_position,
+    depth_map,
+    has_row_windows,
+    row_run_lengths,
+    window_size,
+)
 from specviz.trace import Trace
 from specviz.viz.continuous import SOURCES, token_sources
 from specviz.viz.palette import colors
@@ -70,8 +78,13 @@ def _depth_map(trace: Trace, rgb: np.ndarray, palette: dict) -> str:
 
 
 def _rows_map(trace: Trace, rgb: np.ndarray, palette: dict) -> str:
-    """ZipAR: at most one row in flight per window size of a row's width."""
+    """ZipAR: at most one row in flight per window size of a row's width. PJD: the tokens each cell's row
+    committed in its pass, up to the window."""
     g = trace.geometry
+    if has_row_windows(trace):
+        top = float(trace.parameters.window)
+        _paint(rgb, row_run_lengths(trace).ravel(), top, COLORMAPS[False])
+        return f"tokens each cell's row committed in its pass (navy 1 to yellow {top:.0f})"
     top = float(min(g.rows, math.ceil(g.cols / trace.parameters.window_size)))
     _paint(rgb, acceptance_maps(trace)["run_length"].ravel(), top, COLORMAPS[False])
     return f"rows in flight when each cell was drawn (navy 1 to yellow {top:.0f})"

@@ -40,10 +40,16 @@ class ShadowedSession:
         self._compare(logits, self._shadow.forward(tokens, parents))
         return logits
 
-    def forward_at(self, tokens: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
-        logits = self._leading.forward_at(tokens, positions)
-        self._compare(logits, self._shadow.forward_at(tokens, positions))
+    def forward_at(
+        self, tokens: torch.Tensor, positions: Sequence[int], sees: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        logits = self._leading.forward_at(tokens, positions, sees)
+        self._compare(logits, self._shadow.forward_at(tokens, positions, sees))
         return logits
+
+    def keep(self, indices: Sequence[int]) -> None:
+        self._leading.keep(indices)
+        self._shadow.keep(indices)
 
     def commit(self, keep: Any) -> None:
         self._leading.commit(keep)
