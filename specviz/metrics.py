@@ -92,8 +92,8 @@ def opening_iteration(trace: Trace, on: str | None = None) -> int:
         return max(band, key=lambda j: (its[j].draft_tree is not None, its[j].accepted, -j))
     if trace.continuous:
         return max(band, key=lambda j: (its[j].fate.count("accepted"), bool(its[j].fate), -j))
-    if trace.kind == "rows":
-        return max(band, key=lambda j: (len(its[j].committed), -j))
+    if trace.kind == "rows":  # the most rows in flight: verified windows (PJD), else tokens drawn (ZipAR)
+        return max(band, key=lambda j: (len(its[j].windows or ()), len(its[j].committed), -j))
     for j in band:
         if {"accepted", "rejected"} <= set(its[j].outcome()):
             return j

@@ -254,3 +254,19 @@ def test_the_app_offers_pjd_with_its_own_parameters():
         }
     )
     assert "differs from AR" in updates["lossy_note"]["value"]
+
+
+def test_inspect_says_a_pjd_pass_row_by_row_and_opens_on_the_most_rows_in_flight():
+    from specviz import metrics
+    from specviz.decoding import run
+    from specviz.models.registry import load_model
+    from specviz.viz.narration import iteration_sentence
+
+    trace = run(load_model("tiny"), "pjd", "red apple", 0)
+    j = metrics.opening_iteration(trace)
+    opened = trace.iterations[j]
+    band = metrics.passes_in_picture(trace)
+    assert len(opened.windows) == max(len(trace.iterations[k].windows or ()) for k in band) >= 2
+    said = iteration_sentence(trace, j)
+    assert f"verified {len(opened.windows)} rows' windows at once" in said and "ZipAR" not in said
+    assert all(f"row {window.row}: {window.accepted} of {len(window.drafts)}" in said for window in opened.windows)

@@ -121,7 +121,35 @@ def _continuous_sentence(it: ContinuousRecord) -> str:
     )
 
 
+def _row_windows_sentence(it: RowsRecord) -> str:
+    """A pass of rows in flight that each verified a Jacobi window (PJD), row by row."""
+    parts = []
+    for window in it.windows:
+        drafts = len(window.drafts)
+        said = (
+            f"row {window.row}: {window.accepted} of {drafts} drafts accepted"
+            if drafts
+            else f"row {window.row}: no draft yet"
+        )
+        extra = window.committed - window.accepted
+        if extra:
+            said += f", then {extra} token drawn by the model"
+        if "kept" in window.fate:
+            said += f", {window.fate.count('kept')} kept for the next pass"
+        parts.append(said)
+    if len(it.windows) == 1:
+        return f"One pass verified the one row in flight, as SJD would ({parts[0]})."
+    top = it.windows[0].row
+    return (
+        f"One pass verified {len(it.windows)} rows' windows at once ({'; '.join(parts)}). Only row {top}, the top "
+        "row in flight, resamples at a rejection as SJD does; the rows below keep their accepted drafts and did "
+        "not see the unfinished rows above them, nor their drafts: that is where PJD departs from AR."
+    )
+
+
 def _rows_sentence(it: RowsRecord) -> str:
+    if it.windows:
+        return _row_windows_sentence(it)
     rows = [str(row) for row in it.rows]
     where = f"rows {', '.join(rows[:-1])} and {rows[-1]}" if len(rows) > 1 else f"row {rows[0]}"
     drew = (
