@@ -310,6 +310,64 @@ def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_ra
     assert all(bottom is not None and 0 < bottom <= height for bottom in after), after
 
 
+def _page_of(browser, width: int, height: int) -> None:
+    """The page itself (the window less its frame) `width` x `height`."""
+    browser.set_window_size(width, height)
+    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    browser.set_window_size(2 * width - inner[0], 2 * height - inner[1])
+
+
+# where the race's parts lie on the page: [top, bottom, left, right] of each, and the pictures' drawn size
+RACE_PLACES = """const boxes = {};
+for (const [name, selector] of [['verdict', '#race-summary h3'], ['bars', '#race-bars'], ['summary', '#race-summary'],
+    ['method', '#method-image'], ['ar', '#ar-image']]) {
+  const box = document.querySelector(selector).getBoundingClientRect();
+  boxes[name] = [box.top, box.bottom, box.left, box.right].map(Math.round);
+}
+const drawn = image => Math.min(image.clientWidth, image.clientHeight - parseFloat(getComputedStyle(image).paddingTop));
+boxes.pictures = ['#method-image img', '#ar-image img'].map(s => Math.round(drawn(document.querySelector(s))));
+boxes.page = [window.innerWidth, window.innerHeight, document.documentElement.scrollHeight];
+return boxes;"""
+
+
+@pytest.mark.parametrize(
+    "width, height, projector, large",
+    [(1280, 577, True, False), (1280, 577, True, True), (1920, 937, False, True)],
+    ids=["1280x577 projector", "1280x577 projector large type", "1920x937 side panel large type"],
+)
+def test_the_race_verdict_is_on_the_first_screen(server, browser, width, height, projector, large, untimed):
+    """A 1280 x 720 window leaves a 1280 x 577 page (a 1920 x 1080 one 1920 x 937): there, in the projector
+    layout in normal and large type, and in the normal layout with the side panel in large type, the race's
+    verdict and bars are on the first screen after the race, beside pictures still large enough to read."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _page_of(browser, width, height)
+    browser.get(server)
+    button = WebDriverWait(browser, 60).until(expected_conditions.element_to_be_clickable((By.ID, "preset-zipar")))
+    in_projector = "return document.body.classList.contains('specviz-projector')"
+    WebDriverWait(browser, 10).until(lambda driver: driver.execute_script(in_projector) == projector)
+    if large:
+        browser.execute_script("document.body.classList.add('specviz-large')")
+    button.click()
+    pressed = time.perf_counter()
+    while time.perf_counter() - pressed < 120 and not _timed(_text(browser, "race-summary")):
+        time.sleep(0.05)
+    assert _timed(_text(browser, "race-summary")), (_text(browser, "race-summary"), _text(browser, "method-counter"))
+    time.sleep(0.3)  # the last frame laid out
+    places = browser.execute_script(RACE_PLACES)
+    kind = f"{width}x{height}-{'projector' if projector else 'side-panel'}-{'large' if large else 'normal'}"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS / f"verdict-{kind}.png"))
+    print(f"{kind}: {places}")
+    assert places["page"][:2] == [width, height], places
+    for part in ("verdict", "bars"):
+        top, bottom, left, right = places[part]
+        assert top >= 0 and bottom <= height and left >= 0 and right <= width, (part, places)
+    assert min(places["pictures"]) >= 200, places  # each picture drawn at least 200 px square
+
+
 INSPECT_PLACES = """return ['iteration-note', 'inspect-steps', 'inspect-window', 'inspect-image']
   .map(id => document.getElementById(id).getBoundingClientRect())
   .map(box => [Math.round(box.top), Math.round(box.bottom)]);"""

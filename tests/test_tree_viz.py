@@ -198,7 +198,8 @@ def test_tau_counts_the_token_drawn_after_each_path(eagle2_trace):
 
 def test_a_wide_tree_is_short_enough_for_a_projector_and_draws_every_node(eagle2_trace):
     """The projector layout's tree: the same nodes and path in a 430 px figure (its nodes smaller where the
-    leaves are many) instead of one up to 1,200 px tall; large type keeps the tall figure."""
+    leaves are many), grown downwards (depth down it, siblings across it), instead of one up to 1,200 px tall;
+    large type keeps the tall figure."""
     j = max(range(len(eagle2_trace.iterations)), key=lambda k: eagle2_trace.iterations[k].accepted)
     tall, wide = tree_figure(eagle2_trace, j), tree_figure(eagle2_trace, j, wide=True)
     assert wide.layout.height == 430 < tall.layout.height
@@ -206,7 +207,7 @@ def test_a_wide_tree_is_short_enough_for_a_projector_and_draws_every_node(eagle2
     def drawn(fig) -> list:
         return [(t.name, list(t.x), list(t.y)) for t in fig.data]
 
-    assert drawn(wide) == drawn(tall)
+    assert drawn(wide) == [(name, y, x) for name, x, y in drawn(tall)]  # the same tree, turned
     nodes = [t for t in wide.data if t.mode and "markers" in t.mode]
     assert all(5 <= t.marker.size <= 11 * 1.3 for t in nodes) and wide.layout.legend.itemsizing == "constant"
     assert (

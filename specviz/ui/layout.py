@@ -22,6 +22,7 @@ from specviz.ui.compute import on_compute_thread
 from specviz.ui.guard import RequestGuard
 from specviz.ui.loading import default_model, load_at_startup, offered_models
 from specviz.ui.outputs import Outputs
+from specviz.ui.pictures import write_each_picture_once
 from specviz.ui.presets import PRESET_BY_KEY, PRESETS, Preset
 
 CSS = """
@@ -55,9 +56,9 @@ body.specviz-projector #race-map-column, body.specviz-projector #presets-title {
 body.specviz-projector #presets button { min-height: 0; padding: 4px 8px; }
 /* the side panel's Run and Stop are hidden there: the presets' row carries its own */
 body:not(.specviz-projector) .projector-only { display: none !important; }
-body.specviz-projector #method-image, body.specviz-projector #ar-image { height: 250px !important; }
+body.specviz-projector #method-image, body.specviz-projector #ar-image { height: 300px !important; }
 body.specviz-projector.specviz-large #method-image, body.specviz-projector.specviz-large #ar-image {
-  height: 200px !important;
+  height: 260px !important;
 }
 body.specviz-projector #race-speed { padding: 0; }
 body.specviz-projector #race-summary h3 { margin: 0.2em 0; }
@@ -68,11 +69,38 @@ body.specviz-projector #iteration-note { order: -3; }
 body.specviz-projector #inspect-steps { order: -2; }
 body.specviz-projector #inspect-views { order: -1; }
 body.specviz-projector #inspect-image { height: 300px !important; }
-/* passes and seconds side by side: the bars take half the height */
-body.specviz-projector .race-bars {
-  gap: 0 2em; grid-template-columns: 1fr 1fr; grid-template-rows: repeat(3, auto); grid-auto-flow: column;
-}
 """
+# The race beside its result, on one screen: the two pictures side by side on the left, the bars, the verdict
+# (and, outside the projector layout, the map) on the right, where a stacked race put the verdict below the fold
+# (a 1280 x 720 window leaves a 1280 x 577 page: the verdict at 601 px; 1920 x 1080 in large type: at 1129 px).
+# The race tab's rows give up their boxes (`display: contents`) so that their pictures, bars and map are placed
+# on the tab's grid. Each rule as (selector, declarations), for the projector layout and for a normal layout on a
+# screen wide enough for three columns.
+RACE_TAB = ".column:has(> .row > #race-speed)"
+RACE_BESIDE_RESULT = [
+    (
+        RACE_TAB,
+        "display: grid; align-items: start; column-gap: var(--layout-gap); "
+        "grid-template-columns: minmax(0, 1fr) minmax(0, 1fr) minmax(0, 1.3fr); grid-template-areas: "
+        '"speed speed speed" "method ar bars" "method ar summary" "method ar map" "why why why" "note note note";',
+    ),
+    (f"{RACE_TAB} > .row:has(> #race-bars)", "display: contents;"),
+    (f"{RACE_TAB} > .row:has(> .column > #method-image)", "display: contents;"),
+    (f"{RACE_TAB} > .row:has(> #race-speed)", "grid-area: speed;"),
+    (".column:has(> #method-image)", "grid-area: method;"),
+    (".column:has(> #ar-image)", "grid-area: ar;"),
+    ("#race-bars", "grid-area: bars;"),
+    ("#race-summary", "grid-area: summary;"),
+    ("#race-map-column", "grid-area: map;"),
+    ("#why-latency", "grid-area: why; margin-top: var(--layout-gap);"),
+    ("#preset-note", "grid-area: note;"),
+]
+CSS += "".join(f"body.specviz-projector {selector} {{ {rules} }}\n" for selector, rules in RACE_BESIDE_RESULT)
+# Gradio scopes the rules inside @media to its container, so none can start at body: "not in the projector
+# layout" is said after the element
+CSS += "@media (min-width: 1600px) {\n"
+CSS += "".join(f"{selector}:not(.specviz-projector *) {{ {rules} }}\n" for selector, rules in RACE_BESIDE_RESULT)
+CSS += "}\n"
 # Gradio's cache (pictures, uploads, exports): every 15 minutes, files older than an hour are removed
 CACHE_SWEEP = (900, 3600)
 TOGGLE_LARGE = "(large) => { document.body.classList.toggle('specviz-large', large); }"
@@ -122,6 +150,7 @@ class Page:
 def build() -> gr.Blocks:
     """The whole app, queued; `app.py` launches it."""
     presets = start_up()
+    write_each_picture_once()  # a picture's file is never written again while a browser may be reading it
     with CheckedBlocks(title="specviz: speculative and Jacobi decoding, visible", delete_cache=CACHE_SWEEP) as demo:
         page = build_page(presets)
         wire(demo, page)

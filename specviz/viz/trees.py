@@ -61,6 +61,13 @@ SHOWN_DEPTH = 12  # depths a tree figure opens on; deeper nodes are a drag away
 SLOT_PIXELS = 30  # vertical room per leaf of a drawn tree: enough for a token label above a node
 TREE_MARGINS = 300  # pixels of a tree figure outside its plot: title, axis, legend
 WIDE_TREE_MARGINS = 280  # the same in a wide figure: a title of up to three lines, the axis, the legend
+# a wide figure's tree grows downwards: its leaves share about this many pixels across (a half-width plot on a
+# 1280 px projector, less its depth axis); the depths it opens on; the room a token's label needs beside its node;
+# the room beside the outer leaves, in leaves (for the labels right of the last)
+WIDE_TREE_PIXELS = 480
+WIDE_SHOWN_DEPTH = 6  # at least; more where the accepted path goes deeper (up to SHOWN_DEPTH)
+LABEL_PIXELS = 36
+WIDE_SLOT_PAD = 0.6
 
 
 def _not_a_tree_run(trace: Trace, title: str, dark: bool, large: bool) -> go.Figure:
@@ -98,8 +105,11 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
     """The draft tree iteration j verified: nodes laid out by depth (each depth drafts one sequence
     position), edges to their parents, coloured by fate, the accepted path drawn thick from the head
     down to the token the target drew after it; hover shows each node's token, draft confidence and
-    target probability. `wide` (a 1280 x 720 projector, normal type): the whole tree in a short figure,
-    its nodes smaller where its leaves are many, rather than a figure up to 1,200 px tall."""
+    target probability. Depth runs left to right, siblings down the figure, which grows with the leaves.
+    `wide` (a 1280 x 720 projector, normal type): the tree in a short, wide figure, grown downwards
+    (depth down it, siblings side by side across its width), so that a pass's candidates at each depth
+    spread over the width (SJD-PAC's nine short branches at the root: stacked down a 430 px figure they
+    overlapped), its nodes smaller where its leaves are many, rather than a figure up to 1,200 px tall."""
     tree = tree_of(trace, j)  # raises a clear IndexError for a bad j
     title = f"{trace.method}, {window_title(trace, j)}"
     if not has_trees(trace):
@@ -110,16 +120,30 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
     drawing = _drawn_tree(trace, it, tree)
     palette = colors(dark)
     fig = go.Figure()
-    _draw_branches(fig, drawing, it.path, palette)
     wide = wide and not large
+    # where each row is drawn: (depth, slot) across and down, or grown downwards (slot, depth) in a wide figure
+    place = (drawing.slot, drawing.depth) if wide else (drawing.depth, drawing.slot)
+    _draw_branches(fig, drawing, it.path, palette, place)
     leaves = int(drawing.slot.max()) + 1
-    height = WIDE_HEIGHT if wide else max(480, min(1200, SLOT_PIXELS * leaves + TREE_MARGINS))
-    size = 16 if large else min(11, max(5, (WIDE_HEIGHT - WIDE_TREE_MARGINS) / leaves - 1)) if wide else 11
-    # the path's tokens are written by their nodes where the tree leaves room, else shown on hover only
-    labelled = {"head", "accepted", "drawn"} if height - TREE_MARGINS >= SLOT_PIXELS * leaves else set()
-    _draw_nodes(fig, drawing, size, labelled, palette)
-    title += _depth_axis(fig, it.start, int(drawing.depth.max()))
-    fig.update_yaxes(range=[leaves - 0.5, -1], visible=False)
+    top = int(drawing.depth.max())
+    # the depths the figure opens on: a long chain (sjd-pac's) is panned to, so the branching stays legible; a
+    # wide figure has room for fewer, but opens on the whole path and the token drawn after it
+    reach = int(drawing.depth[-1]) if drawing.kind[-1] == "drawn" else len(it.path)
+    shown = min(top, max(WIDE_SHOWN_DEPTH, min(reach, SHOWN_DEPTH)) if wide else SHOWN_DEPTH)
+    if wide:
+        height = WIDE_HEIGHT
+        room = min(WIDE_TREE_PIXELS / leaves, (WIDE_HEIGHT - WIDE_TREE_MARGINS) / (shown + 1))
+        size = min(11, max(5, room - 1))
+        labelled = {"head", "accepted", "drawn"} if WIDE_TREE_PIXELS / leaves >= LABEL_PIXELS else set()
+    else:
+        height = max(480, min(1200, SLOT_PIXELS * leaves + TREE_MARGINS))
+        size = 16 if large else 11
+        # the path's tokens are written by their nodes where the tree leaves room, else shown on hover only
+        labelled = {"head", "accepted", "drawn"} if height - TREE_MARGINS >= SLOT_PIXELS * leaves else set()
+    _draw_nodes(fig, drawing, size, labelled, palette, place, beside=wide)
+    title += _depth_axis(fig, it.start, top, shown, down=wide)
+    slots = [leaves - 0.5, -1] if not wide else [-0.5 - WIDE_SLOT_PAD, leaves - 0.5 + WIDE_SLOT_PAD]
+    (fig.update_xaxes if wide else fig.update_yaxes)(range=slots, visible=False)
     fig.update_layout(legend=WIDE_LEGEND if wide else LEGEND_BELOW)
     shape = _asked_shape(it)
     fig = _finish(fig, f"{title}<br>{shape}" if shape else title, height, dark, large, widths=WIDE_TITLE if wide else 1)
@@ -175,23 +199,26 @@ def _node_hover(trace: Trace, it: Iteration, tree: DraftTree, drawn: int | None)
     return hover
 
 
-def _draw_branches(fig: go.Figure, drawing: _DrawnTree, path: list[int], palette: dict) -> None:
-    """Every edge to a parent thin, the accepted path thick, and a dotted line on to the drawn token."""
-    depth, slot = drawing.depth, drawing.slot
+def _draw_branches(
+    fig: go.Figure, drawing: _DrawnTree, path: list[int], palette: dict, place: tuple[np.ndarray, np.ndarray]
+) -> None:
+    """Every edge to a parent thin, the accepted path thick, and a dotted line on to the drawn token; each row
+    drawn at `place` (its x and y)."""
+    x, y = place
     edge_x: list = []
     edge_y: list = []
     for row, parent in enumerate(drawing.parents, start=1):
         if drawing.kind[row] != "drawn":
-            edge_x += [depth[parent + 1], depth[row], None]
-            edge_y += [slot[parent + 1], slot[row], None]
+            edge_x += [x[parent + 1], x[row], None]
+            edge_y += [y[parent + 1], y[row], None]
     fig.add_trace(_line(edge_x, edge_y, {"color": palette["committed"], "width": 1}))
     path_rows = [0] + [node + 1 for node in path]
-    fig.add_trace(_line(depth[path_rows], slot[path_rows], {"color": palette["accepted"], "width": 4}))
+    fig.add_trace(_line(x[path_rows], y[path_rows], {"color": palette["accepted"], "width": 4}))
     if drawing.kind[-1] == "drawn":
         fig.add_trace(
             _line(
-                [depth[path_rows[-1]], depth[-1]],
-                [slot[path_rows[-1]], slot[-1]],
+                [x[path_rows[-1]], x[-1]],
+                [y[path_rows[-1]], y[-1]],
                 {"color": palette["outline"], "width": 2, "dash": "dot"},
             )
         )
@@ -201,20 +228,29 @@ def _line(x: object, y: object, line: dict) -> go.Scatter:
     return go.Scatter(x=x, y=y, mode="lines", line=line, hoverinfo="skip", showlegend=False)
 
 
-def _draw_nodes(fig: go.Figure, drawing: _DrawnTree, size: float, labelled: set[str], palette: dict) -> None:
-    """The nodes, one trace per kind (its colour, symbol and legend entry), the `labelled` kinds' tokens
-    written beside them."""
+def _draw_nodes(
+    fig: go.Figure,
+    drawing: _DrawnTree,
+    size: float,
+    labelled: set[str],
+    palette: dict,
+    place: tuple[np.ndarray, np.ndarray],
+    beside: bool = False,
+) -> None:
+    """The nodes at `place` (each row's x and y), one trace per kind (its colour, symbol and legend entry), the
+    `labelled` kinds' tokens written above them (`beside`: right of them, as in a tree grown downwards)."""
+    x, y = place
     for name, (color, symbol, label) in NODES.items():
         rows = [row for row, k in enumerate(drawing.kind) if k == name]
         if not rows:
             continue
         fig.add_trace(
             go.Scatter(
-                x=drawing.depth[rows],
-                y=drawing.slot[rows],
+                x=x[rows],
+                y=y[rows],
                 mode="markers+text" if name in labelled else "markers",
                 text=[str(drawing.tokens[row]) for row in rows] if name in labelled else None,
-                textposition="middle right" if name == "drawn" else "top center",
+                textposition="middle right" if beside or name == "drawn" else "top center",
                 marker={
                     "color": palette[color],
                     "symbol": symbol,
@@ -228,18 +264,21 @@ def _draw_nodes(fig: go.Figure, drawing: _DrawnTree, size: float, labelled: set[
         )
 
 
-def _depth_axis(fig: go.Figure, start: int, top: int) -> str:
-    """The depth axis, opened on the first SHOWN_DEPTH depths; what the title adds where it hides some."""
+def _depth_axis(fig: go.Figure, start: int, top: int, shown: int, down: bool = False) -> str:
+    """The depth axis, opened on depths 0 to `shown` (`down`, a tree grown downwards: the y axis, the head on
+    top); what the title adds where it hides some."""
     ticks = list(range(top + 1))
-    shown = min(top, SHOWN_DEPTH)  # a long chain (sjd-pac's) is panned to; the branching stays legible
-    fig.update_xaxes(
-        range=[-0.5, shown + 0.9],  # room for the label right of the drawn token
-        tickvals=ticks,
-        ticktext=["head"] + [f"{d}" for d in ticks[1:]],
-        title=f"depth in the tree (depth d drafts position {start} + d - 1)",
-        showgrid=False,
-        zeroline=False,
-    )
+    axis = {
+        "tickvals": ticks,
+        "ticktext": ["head"] + [f"{d}" for d in ticks[1:]],
+        "showgrid": False,
+        "zeroline": False,
+    }
+    if down:
+        fig.update_yaxes(range=[shown + 0.5, -0.5], title=f"depth (d drafts position {start} + d - 1)", **axis)
+    else:  # room for the label right of the drawn token
+        title = f"depth in the tree (depth d drafts position {start} + d - 1)"
+        fig.update_xaxes(range=[-0.5, shown + 0.9], title=title, **axis)
     return f"<br>depths 0-{shown} of {top} shown: drag to pan along the chain" if shown < top else ""
 
 
