@@ -57,8 +57,8 @@ def test_the_cspd_preset_passes_every_check_where_tiny_continuous_is_offered(on_
     pressed = next(fn for fn in demo.fns.values() if (button._id, "click") in fn.targets)
     race = next(fn for fn in demo.fns.values() if fn.api_name == "race")
     updates = pressed.fn()  # keyed by component, every output named
-    assert set(updates) == set(pressed.outputs) and len(updates) == len(preset_controls("cspd"))
-    pressed_values = {c._id: u["value"] for c, u in updates.items() if "value" in u}
+    assert set(updates) == set(pressed.outputs) and len(updates) == len(preset_controls("cspd")) + 1  # + the tab
+    pressed_values = {c._id: u["value"] for c, u in updates.items() if isinstance(u, dict) and "value" in u}
     page = SessionState(demo)  # the visitor's page after the press: the preset's model, its methods
     asyncio.run(demo.postprocess_data(pressed, updates, page))
     values = [pressed_values.get(c._id, c.value) for c in race.inputs]
