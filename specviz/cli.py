@@ -659,6 +659,7 @@ def _image_decoder(traces: list[tuple[str, Trace]]) -> Callable[[Trace, list[int
 
 def command_check_model(args: argparse.Namespace) -> int:
     """Our AR against the family's own reference on these weights; exit 1 on any mismatch."""
+    get_entry(args.model)  # a registered name, before it names the default file
     grid = check_output_file(args.grid or f"check-model-{args.model}.png")
     prompt = check_prompt(args.prompt)
     seed = check_seed(args.seed)

@@ -96,3 +96,9 @@ def test_the_reference_sees_what_the_session_sees():
         atol=1e-4,
         rtol=0,
     )
+
+
+def test_an_unknown_model_is_refused_before_it_names_a_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["check-model", "--model", "../../elsewhere"]) == 2
+    assert "elsewhere" in capsys.readouterr().err and not list(tmp_path.iterdir())  # no folder made for it
