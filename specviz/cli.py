@@ -226,6 +226,7 @@ def command_run(args: argparse.Namespace) -> int:
     from specviz.decoding import run
     from specviz.metrics import draft_acceptance, has_trees, per_tree
     from specviz.models.protocol import decode_in_order
+    from specviz.viz.narration import promise
     from specviz.viz.publication import write_figure
 
     model = _load(args)
@@ -240,7 +241,7 @@ def command_run(args: argparse.Namespace) -> int:
                 write_figure("depth-map", trace, out, DEPTH_MAP_STEM)
     except OSError as error:  # the folder was checked before the run; something changed it since
         raise UsageError(f"cannot write to {shown_path(out)}: {error.strerror or error}") from None
-    lossy = "" if trace.lossless else " (lossy)"
+    lossy = "" if trace.lossless else f" ({promise(trace.method, False)})"
     tau = f" tau={per_tree(trace)['tau'].mean():.2f}" if has_trees(trace) else ""
     if trace.continuous:
         rate = draft_acceptance(trace.iterations)

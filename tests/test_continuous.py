@@ -432,7 +432,7 @@ def test_run_writes_the_image_and_trace_of_a_continuous_method(tmp_path, capsys)
     assert main(["run", "--model", "tiny-continuous", "--method", "cspd", "--gamma", "4", "--prompt", "sun",
                  "--out", str(tmp_path)]) == 0  # fmt: skip
     line = capsys.readouterr().out
-    assert "method=cspd (lossy)" in line and "draft_nfe=" in line and "alpha=" in line
+    assert "method=cspd (close to exact, measured)" in line and "draft_nfe=" in line and "alpha=" in line
     trace = Trace.load(tmp_path / "trace.json")
     assert trace.continuous and len(trace.vectors) == 256 and (tmp_path / "image.png").is_file()
     assert (

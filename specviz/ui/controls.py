@@ -27,6 +27,7 @@ from specviz.ui.errors import user_errors
 from specviz.ui.loading import default_model, offered_models
 from specviz.ui.outputs import Outputs
 from specviz.ui.presets import PRESET_BY_KEY
+from specviz.viz.narration import promise
 
 DEFAULT_METHOD = "sjd"  # what Run races first on a discrete model
 COMPARED = ("sjd", "scd-mc", "scd-gs")  # Compare's first selection on a discrete model
@@ -39,7 +40,7 @@ def method_label(name: str) -> str:
         return f"{name} (lossless)"
     if method.lossless_when_greedy:
         return f"{name} (lossy unless greedy)"
-    return f"{name} (lossy)"
+    return f"{name} ({promise(name, False)})"  # 'lossy', or README's 'close to exact, measured'
 
 
 def model_choices() -> list[tuple[str, str]]:
@@ -174,7 +175,8 @@ def method_updates(name: str, values: dict | None = None) -> dict[str, dict]:
     """The method controls (`Controls.method_outputs`: each named by its parameter) showing only the method's
     own parameters, at `values` where given, else its defaults; then the lossy note."""
     own = {**own_parameters(name), **(values or {})}
-    note = "" if METHODS[name].lossless else f"{method_label(name)}: its output distribution differs from AR."
+    differs = "is close to AR's, not exactly it" if promise(name, False) != "lossy" else "differs from AR's"
+    note = "" if METHODS[name].lossless else f"{method_label(name)}: its output distribution {differs}."
     hidden = gr.update(visible=False)
     shown = {p: gr.update(visible=True, value=own[p]) if p in own else hidden for p in PARAMETERS}
     return {**shown, "lossy_note": gr.update(value=note, visible=bool(note))}
