@@ -203,6 +203,12 @@ def grid_state(trace: Trace, j: int) -> GridState:
     state[it.start : it.start + len(window)] = window
     end = it.start + len(it.committed)
     state[it.start + len(window) : end] = "committed"  # sampled outside the window: no draft, no fate
+    placed = it.placed_drafts()
+    if placed:  # rows in flight, each with its window (PJD)
+        index = trace.decided_index()
+        for position, shown in placed:
+            if position in index:
+                state[index[position]] = shown
     now = np.zeros(length, dtype=bool)
     now[it.start : end] = True
     return GridState(

@@ -173,6 +173,12 @@ class DraftTree(_Strict):
         return fates
 
 
+def decided_listing(positions: list[int], length: int) -> list[int]:
+    """The sequence positions in a run's order of decision: those its records name (PJD), then the rest in
+    raster order."""
+    return [*positions, *sorted(set(range(length)) - set(positions))]
+
+
 class _Record(_Strict):
     """What every pass records, whatever its kind: `start` the first sequence position it decided,
     `committed` the tokens it fixed from there, `accepted` how many of them were drafts it accepted,
@@ -204,6 +210,11 @@ class _Record(_Strict):
     def reach(self) -> int:
         """Positions from `start` that the pass drafted: its window, its tree's levels, its drafts."""
         return len(self.outcome())
+
+    def placed_drafts(self) -> list[tuple[int, str]]:
+        """(sequence position, what the grid shows there) of drafts that do not follow `start` in the run's
+        order of decision, as `outcome()`'s do: the windows of several rows in flight (PJD)."""
+        return []
 
     def rejects(self) -> bool:
         """Whether a draft was tested and refused in this pass."""
@@ -298,6 +309,15 @@ class RowWindow(_Strict):
     def accepted(self) -> int:
         return self.fate.count("accepted")
 
+    def shown(self) -> list[tuple[int, str]]:
+        """(offset, what the grid shows) of each draft: its fate, or `new` for a draft verified for the first
+        time and neither accepted nor rejected."""
+        first_new = len(self.drafts) - self.new
+        return [
+            (offset, "new" if offset >= first_new and fate not in ("accepted", "rejected") else fate)
+            for offset, fate in enumerate(self.fate)
+        ]
+
     @model_validator(mode="after")
     def _consistent(self) -> RowWindow:
         n = len(self.drafts)
@@ -373,6 +393,11 @@ class RowsRecord(_Record):
     def rejects(self) -> bool:
         return any("rejected" in window.fate for window in self.windows or [])
 
+    def placed_drafts(self) -> list[tuple[int, str]]:
+        """Each row's drafts after its head, by fate (a draft verified for the first time and neither
+        accepted nor rejected shows as `new`)."""
+        return [(window.head + 1 + offset, shown) for window in self.windows or [] for offset, shown in window.shown()]
+
     def drafted_ids(self) -> list[int]:
         return [token for window in self.windows or [] for token in window.drafts]
 
@@ -405,7 +430,7 @@ class GroupTest(_Strict):
 
 
 class WindowRecord(_Record):
-    """One pass of a Jacobi-window method (jacobi, sjd, scd-mc, scd-gs, lantern, gsd).
+    """One pass of a Jacobi-window method (jacobi, sjd, sjd++, scd-mc, scd-gs, lantern, gsd).
 
     Offsets are relative to `start`, the first sequence position of the window. Per verified draft:
     `drafts` the tokens, `p_old`/`p_new` their probabilities under the distribution they were drawn
@@ -417,8 +442,9 @@ class WindowRecord(_Record):
     (discarded and initialised afresh). `new_init` and `new_source` say where the last
     len(new_init) drafts, verified for the first time, came from (source position, -1 for none).
     `residual_top` lists (token, p_old, p_new) of the most likely tokens at the rejected position.
-    A relaxed method's test is its own part, `group` (the group each draft was tested on). `committed` are
-    the accepted drafts and the token drawn after them.
+    A relaxed method's test is its own part, `group` (the group each draft was tested on). A method that
+    reuses drafts (SJD++) marks in `reused` each kept draft its rule reused rather than redrew (a redraw can
+    give the same token). `committed` are the accepted drafts and the token drawn after them.
     """
 
     kind: Literal["window"] = "window"
@@ -441,6 +467,7 @@ class WindowRecord(_Record):
     new_init: _per_draft(Origin) = []
     new_source: _per_draft(Annotated[int, Field(ge=-1)]) = []
     group: GroupTest | None = None
+    reused: _per_draft(bool) | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> WindowRecord:
@@ -450,6 +477,10 @@ class WindowRecord(_Record):
             raise ValueError(f"drafts, p_old, p_new, ratio, uniform, tv and fate need one entry per draft ({n})")
         if self.group is not None and len(self.group.size) != n:
             raise ValueError(f"a group test needs one group per draft ({n})")
+        if self.reused is not None and (
+            len(self.reused) != n or any(r and f != "kept" for r, f in zip(self.reused, self.fate, strict=True))
+        ):
+            raise ValueError(f"reused needs one entry per draft ({n}), true only where a draft was kept")
         if self.accepted > n or len(self.new_init) > n or len(self.new_source) != len(self.new_init):
             raise ValueError("accepted and new drafts cannot exceed the drafts; new_init and new_source pair up")
         if self.rejected_at is not None and self.rejected_at != self.accepted:
@@ -762,6 +793,12 @@ class Trace(_Strict):
             raise ValueError(f"iterations commit {position} tokens, the trace has {len(self.tokens)}")
         return self
 
+    def decided_index(self) -> dict[int, int]:
+        """Sequence position -> its index in the run's order of decision (that of `tokens`): the positions
+        the rows passes name, then the rest in raster order; the identity for every other run."""
+        named = [p for it in self.iterations if it.kind == "rows" for p in it.positions or []]
+        return {position: index for index, position in enumerate(decided_listing(named, len(self.geometry.layout)))}
+
     def _rows_on_their_cells(self) -> None:
         """A rows run lists its positions in the order it decided them, so its geometry has an order, and
         each token it commits lies in the row the record names."""
@@ -784,7 +821,7 @@ class Trace(_Strict):
             raise ValueError("every rows pass of a run that names its positions names them")
         if len(set(positions)) != len(positions) or not all(position < length for position in positions):
             raise ValueError(f"the positions a run decides are distinct positions of its {length}")
-        listed = [*positions, *sorted(set(range(length)) - set(positions))]
+        listed = decided_listing(positions, length)
         raster = [0] * length
         for position, entry in zip(listed, g.layout, strict=True):
             raster[position] = entry

@@ -26,7 +26,7 @@ from specviz.core.catalogue import CATALOGUE, CONTINUOUS_TOY
 from specviz.core.catalogue import TOYS as TOY_NAMES
 from specviz.core.params import DraftedTreeParameters, DraftTreeParameters
 from specviz.core.settings import SamplingSettings
-from specviz.decoding import run, scd_mc
+from specviz.decoding import run, scd_mc, sjd_plus
 from specviz.measure.continuous_lossless import check_continuous
 from specviz.measure.lossless import SIGNIFICANCE, check_lossless, exact_distribution
 from specviz.models.protocol import IMAGE_CELL
@@ -291,6 +291,37 @@ def test_the_authors_scd_mc_rule_kept_drafts_at_p_old_is_caught(monkeypatch):
 def test_scd_mc_passes_where_the_authors_rule_is_caught():
     """The same run with every coupled draft recorded at p_new, as specviz's rule does: p 0.17 (TV 0.021)."""
     _passes("scd-mc", AUTHORS_SCD_MC_SAMPLES, toy="long")
+
+
+def _ported_sjd_plus(honest):
+    """SJD++ as the third-party port writes it (`phymhan/nanochat`, scripts/demo_sjd_nanochat.py `generate_sjd`):
+    the same reuse test, but every carried draft, a reused one included, recorded with p_new instead of the
+    mixture of the reused draft's q and p_new."""
+
+    def verify(step, tau):
+        verdict = honest(step, tau)
+        verdict.next_probs = step.p[1:]
+        return verdict
+
+    return verify
+
+
+PORTED_SJD_PLUS = {"reuse_threshold": 0.1}  # on the long toy, seed 11
+
+
+def test_the_ported_sjd_plus_rule_reused_drafts_at_p_new_is_caught(monkeypatch):
+    """At tau 0.1 on the long toy, 1,000 images: p 3.5e-35 (TV 0.21) at seed 11, 9e-36 and 1e-33 at seeds 12
+    and 13, 1e-21 at 500 images. At the port's default tau 0.5 the gap is small: p 0.12 at 5,000 images on
+    the long toy, 4e-6 at 20,000 (the rule as built: p 0.88); on the short toy p 0.01 at tau 0.1, 5,000."""
+    monkeypatch.setattr(sjd_plus, "verify", _ported_sjd_plus(sjd_plus.verify))
+    report = check_lossless("sjd++", samples=1_000, seed=11, toy="long", params=PORTED_SJD_PLUS)
+    print(report.summary())
+    assert not report.matches and report.p_value < 1e-6
+
+
+def test_sjd_plus_passes_where_the_ported_rule_is_caught():
+    """The same run with each reused draft recorded at the mixture, as specviz's rule does: p 0.35 (TV 0.063)."""
+    _passes("sjd++", 1_000, toy="long", params=PORTED_SJD_PLUS)
 
 
 def test_a_greedy_run_that_strays_is_caught(monkeypatch):

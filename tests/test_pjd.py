@@ -232,6 +232,24 @@ def test_the_views_draw_a_pjd_run(tiny, pjd_trace):
     assert numbers["accepted"] == sum(it.accepted for it in pjd_trace.iterations) > 0
 
 
+def test_the_race_picture_and_inspect_show_every_row_in_flight_with_its_window(pjd_trace):
+    """A pass over several rows shows each row's drafts at their own cells by fate (not only the cells it
+    committed), and Inspect's bars give every row's drafts in turn, top row first."""
+    k = max(range(len(pjd_trace.iterations)), key=lambda i: len(pjd_trace.iterations[i].windows or []))
+    it = pjd_trace.iterations[k]
+    assert len(it.windows) >= 2
+    grid = metrics.grid_state(pjd_trace, k)
+    cols = pjd_trace.geometry.cols
+    for window in it.windows:
+        for offset, shown in window.shown():
+            cell = window.head + 1 + offset  # tiny has no layout slots: a position is its raster cell
+            assert grid.state[cell // cols, cell % cols] == shown
+    figure = viz.window_figure(pjd_trace, k)
+    bars = next(trace for trace in figure.data if trace.name == "window")
+    assert list(bars.y) == [ratio for window in it.windows for ratio in window.ratio]
+    assert f"row {it.windows[-1].row}, draft 1" in bars.customdata[-len(it.windows[-1].drafts)]
+
+
 def test_the_app_offers_pjd_with_its_own_parameters():
     """The method list and its controls come from the catalogue: PJD among the discrete methods, its five
     parameters shown at the code's defaults and every other hidden, its lossy note said."""

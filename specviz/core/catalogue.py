@@ -29,6 +29,7 @@ from specviz.core.params import (
     PeanutParameters,
     PjdParameters,
     SjdPacParameters,
+    SjdPlusParameters,
     SpeculativeParameters,
     StaticTreeLanternParameters,
     TreeParameters,
@@ -144,6 +145,24 @@ BUILT_IN: dict[str, MethodInfo] = {
                 ToyRun({"window": 1}),
                 ToyRun({"refine": False}),
                 ToyRun({"init": "sample-left", "reset_in_stall": 1}),
+            ),
+        ),
+        MethodInfo(
+            "sjd++",
+            SjdPlusParameters,
+            True,
+            "SJD++: SJD, and after a rejection each later draft reused where its confidence p_new/p_old passes a "
+            "threshold, tested next against the mixture this makes (exact)",
+            discrete="sjd_plus:iterate",
+            exact_with=(
+                *(ToyRun({"init": init}) for init in ("repeat-left", "repeat-above", "sample-left", "sample-above")),
+                ToyRun({"window": 1}),
+                ToyRun({"refine": False}),
+                ToyRun({"init": "sample-left", "reset_in_stall": 1}),
+                ToyRun({"reuse_threshold": 0.0}),  # every draft that p_new allows reused
+                # drafts reused through several passes; where the port's rule is caught (tests/test_lossless.py)
+                ToyRun({"reuse_threshold": 0.1}, toy="long"),
+                ToyRun({"reuse_threshold": 0.0}, toy="long"),
             ),
         ),
         MethodInfo(

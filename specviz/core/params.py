@@ -190,6 +190,36 @@ class WindowParameters(Parameters):
             )
 
 
+def _reuse_threshold(help: str) -> Any:
+    """SJD++'s and PJD's threshold, one control in the app: the same label, default and range for both."""
+    return parameter(0.5, help, "Reuse threshold", low=0.0, high=1.0)
+
+
+@dataclass(frozen=True)
+class SjdPlusParameters(WindowParameters):
+    """SJD++ (Teng et al., TPAMI 2026): SJD's window, and after a rejection each later draft reused where its
+    confidence passes `reuse_threshold` (the threshold PJD's flag of the same name also sets)."""
+
+    reuse_threshold: float = _reuse_threshold(
+        "SJD++: after the first rejection, a later draft is reused (kept, not redrawn) where its confidence "
+        "min(1, p_new/p_old) exceeds this tau; its next draft distribution is the mixture this makes, so it stays "
+        "exact (0 reuses nearly every draft, 1 none: plain SJD)"
+    )
+
+    def pass_bytes(self, vocab_size: int, seq_len: int) -> int:
+        # the reuse test at every token and the mixture it makes: a few more rows of the window's size
+        return super().pass_bytes(vocab_size, seq_len) + rows_bytes(self.window, vocab_size)
+
+    def __post_init__(self) -> None:
+        tau = self.reuse_threshold
+        if isinstance(tau, int | float) and not isinstance(tau, bool) and tau > 1:  # inf included
+            raise SettingsError(
+                f"reuse_threshold must be from 0 to 1, got {brief(tau)}: the confidence min(1, p_new/p_old) never "
+                "exceeds 1, so 1 already reuses no draft, which is plain SJD (the sjd method)"
+            )
+        super().__post_init__()
+
+
 def _neighbours() -> Any:
     return parameter(
         1000, "nearest codebook neighbours k (LANTERN: the candidates for B(x); GSD: the latent filter)",
@@ -466,12 +496,11 @@ class PjdParameters(Parameters):
         8, "PJD: a row starts once the row above has this many cells decided (or is complete)", "Row start",
         low=1, high=MAX_GRID_SIDE,
     )  # fmt: skip
-    reuse_threshold: float = parameter(
-        0.5, "PJD: after a row's first rejection, a later draft stays for the next pass where min(1, p/q) exceeds "
+    reuse_threshold: float = _reuse_threshold(
+        "PJD: after a row's first rejection, a later draft stays for the next pass where min(1, p/q) exceeds "
         "this, tested then against its old q; else the model's own draw from p takes its slot (0 keeps nearly "
-        "every draft, 1 none)", "Reuse threshold",
-        low=0.0, high=1.0,
-    )  # fmt: skip
+        "every draft, 1 none)"
+    )
     row_mask: bool = parameter(
         True,
         "PJD's row-causal mask: a row's tokens see the decided tokens and the heads of the rows above, not their "

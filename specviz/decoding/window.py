@@ -97,6 +97,7 @@ class WindowVerdict:
     group_size: torch.Tensor | None = None  # relaxed methods: (w,) tokens whose mass the test pooled
     group_mass_new: torch.Tensor | None = None  # (w,) pooled target mass
     group_mass_old: torch.Tensor | None = None  # (w,) pooled draft mass
+    reused: torch.Tensor | None = None  # (w,) bool: the draft stays as the next one by a reuse rule (SJD++)
 
 
 Rule = Callable[[WindowPass], WindowVerdict]
@@ -260,6 +261,7 @@ def window_record(
         new_init=origins[0],
         new_source=origins[1],
         group=_group_test(host),
+        reused=_reused(host, fate),
         committed=committed,
         forward_ms=timing[0],
         verify_ms=timing[1],
@@ -277,6 +279,13 @@ def _group_test(host: dict) -> GroupTest | None:
     )
 
 
+def _reused(host: dict, fate: list[str]) -> list[bool] | None:
+    """A reuse rule's drafts kept for the next pass (carried on, not reset); None for a rule that reuses none."""
+    if host.get("reused") is None:
+        return None
+    return [bool(reused) and outcome == "kept" for reused, outcome in zip(host["reused"], fate, strict=True)]
+
+
 def copy_to_host(step: WindowPass, verdict: WindowVerdict, vocab: int, clock: PassClock) -> tuple[dict, object]:
     """Every number of the record, and the accepted count, in one copy to the host (the pass's one host
     sync): the integers and the per-draft rows of floats are each stacked, then packed as float64 (exact
@@ -291,6 +300,8 @@ def copy_to_host(step: WindowPass, verdict: WindowVerdict, vocab: int, clock: Pa
     integers["top"] = top
     if verdict.group_size is not None:
         integers["group_size"] = verdict.group_size
+    if verdict.reused is not None:
+        integers["reused"] = verdict.reused.long()
     rows = {
         "p_old": step.p_old,
         "p_new": step.p_new,

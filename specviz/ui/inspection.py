@@ -42,7 +42,8 @@ READING_GUIDE = """
   window for the next pass: kept (blue) if their token is unchanged, redrawn (reddish purple) if it
   changed; drafts entering the window for the first time are new (sky blue). The bars under the grid
   give each draft's acceptance ratio, left to right in the window.
-  SCD's point is that fewer drafts are redrawn from one pass to the next.
+  SCD's point is that fewer drafts are redrawn from one pass to the next; SJD++ keeps (reuses) a draft
+  whose confidence passes its threshold, and the cell's hover says so.
 - **Draft tree (eagle2, peanut)**: one pass verifies a whole tree of guesses below the decided head
   token; the path of accepted nodes is committed, then one more token is drawn from what the model
   left after the refused siblings. Any drafter's guesses give exact samples; a better drafter only

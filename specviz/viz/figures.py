@@ -240,15 +240,42 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
     palette = colors(dark)
     _draw_grid(fig, grid, np.vectorize(describe, otypes=[object])(grid.position, grid.state), dark, palette)
     hover = [describe(it.start + i, state) for i, state in enumerate(fates)]
-    _draw_ratios(fig, it.ratio if drafted else [], fates, hover, palette, bars)
-    width = window_size(trace)
+    ratios = it.ratio if drafted else []
+    if isinstance(it, RowsRecord) and it.verifies_drafts:  # PJD: every row's window, top row first
+        ratios, fates, hover = _row_window_bars(it)
+    width = max(window_size(trace), _widest_rows_pass(trace))
+    _draw_ratios(fig, ratios, fates, hover, palette, bars)
     if drafted and it.rejected_at is not None:
         _mark_rejection(fig, it.rejected_at, width, dark, palette, bars)
-    _add_state_keys(fig, legend_states(set(fates)) if trace.kind != "rows" else ["committed", "pending"], palette)
+    rows_drawn = trace.kind == "rows" and not fates  # ZipAR: tokens drawn, nothing verified
+    _add_state_keys(fig, ["committed", "pending"] if rows_drawn else legend_states(set(fates)), palette)
     _window_axes(fig, trace.geometry, width, wide, bars)
-    if not drafted:
+    if not fates:
         _say_no_drafts(fig, it.kind, width)
     return _window_layout(fig, window_title(trace, j), dark, large, wide)
+
+
+def _row_window_bars(it: RowsRecord) -> tuple[list[float], list[str], list[str]]:
+    """The bars of a pass over rows in flight, each with its window (PJD): every row's drafts in turn, top
+    row first, with their ratios, fates and hover text."""
+    ratios, fates, hover = [], [], []
+    for window in it.windows:
+        for offset, shown in window.shown():
+            ratios.append(window.ratio[offset])
+            fates.append(shown)
+            then = f"<br>then: {LABELS[window.fate[offset]]}" if window.fate[offset] != shown else ""
+            hover.append(
+                f"row {window.row}, draft {offset + 1} after its head (position {window.head + 1 + offset})<br>"
+                f"draft token {window.drafts[offset]}  ratio {window.ratio[offset]:.3f}<br>"
+                f"state: {LABELS[shown]}{then}"
+            )
+    return ratios, fates, hover
+
+
+def _widest_rows_pass(trace: Trace) -> int:
+    """The most drafts one pass over rows in flight verified in all its rows' windows (PJD), so stepping
+    through the run keeps one axis; 0 for any other run."""
+    return max((len(it.drafted_ids()) for it in trace.iterations if isinstance(it, RowsRecord)), default=0)
 
 
 def _describe_position(trace: Trace, it: Iteration, drafted: int, position: int, state: str) -> str:
@@ -263,6 +290,8 @@ def _describe_position(trace: Trace, it: Iteration, drafted: int, position: int,
         ]
         if it.fate[i] != state:  # a new draft still had a fate: kept or redrawn into the next window
             lines.append(f"then: {LABELS[it.fate[i]]}")
+        if it.reused is not None and it.reused[i]:  # SJD++: kept by its confidence, not a redraw that matched
+            lines.append("reused as drafted: confidence above the reuse threshold")
     if position < it.start + len(it.committed):
         lines.append(f"token {trace.tokens[position]}" + (" (committed now)" if position >= it.start else ""))
     return "<br>".join(lines)

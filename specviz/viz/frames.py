@@ -143,8 +143,9 @@ def pass_overlay(
     outlined in its fate's colour, so a race shows the window or tree at work on the picture itself.
     The cells of drafts that stay in the window (not committed by this pass) show their guessed
     pixels faded, from `drafted` (the same picture decoded with those drafts in place, see
-    `drafted_tokens`), or a tint of their fate's colour where there is none. A pass that drew a token
-    in several rows (ZipAR) has its cells outlined: the front of rows in flight. Nothing drawn for a
+    `drafted_tokens`), or a tint of their fate's colour where there is none; rows in flight with a window
+    each (PJD) show every row's window so. A pass that drew a token in several rows without drafts (ZipAR)
+    has its cells outlined: the front of rows in flight. Nothing drawn for a
     pass that drew one token without drafts (AR)."""
     grid = grid_state(trace, j)
     palette = colors(dark)
@@ -168,7 +169,7 @@ def pass_overlay(
             else:
                 tint_draw.rectangle(box, fill=(*color, 110))
         draw.rectangle(box, outline=color, width=line)
-    if trace.iterations[j].kind == "rows":
+    if trace.iterations[j].kind == "rows" and not trace.iterations[j].verifies_drafts:  # ZipAR's front
         for row, col in zip(*np.nonzero(grid.now), strict=True):
             box = _cell_box(row, col, cell_w, cell_h)
             draw.rectangle(box, outline=ImageColor.getrgb(palette["front"]), width=line)

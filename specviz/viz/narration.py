@@ -30,7 +30,8 @@ GLOSSARY = """
   at or below it; the first rejection is replaced by a token drawn from the residual
   max(0, p_new - p_old), renormalised, so every committed token is an exact sample of the model.
 - **Kept / redrawn**: drafts after a rejection stay in the window; SJD draws each one anew (redrawn),
-  SCD couples the draws so a draft is kept unless its distribution moved (**coupling**).
+  SCD couples the draws so a draft is kept unless its distribution moved (**coupling**), SJD++ keeps
+  (**reuses**) a draft whose confidence min(1, p_new / p_old) passes its threshold.
 - **Stall**: passes that accept nothing, each fixing one token as AR would, at a whole pass's cost.
 - **Tau**: tokens a draft-tree pass commits (its accepted path plus the token drawn after it).
 - **Alpha** (continuous tokens): the share of tested drafts accepted; a density ratio replaces the
@@ -81,8 +82,20 @@ def _window_sentence(it: WindowRecord) -> str:
     shown = it.outcome()
     carried = [(name, shown.count(name)) for name in ("kept", "redrawn", "new") if shown.count(name)]
     window = ", ".join(f"{count} {name}" for name, count in carried)
-    rest = f". Left in the window for the next pass: {window}" if window else ""
+    rest = f". Left in the window for the next pass: {window}{_reuse_clause(it)}" if window else ""
     return f"{told}{rest}."
+
+
+def _reuse_clause(it: WindowRecord) -> str:
+    """How many of the drafts after the rejection a reuse rule (SJD++) kept as drafted; '' for another rule."""
+    after = it.fate[it.accepted + 1 :]
+    if it.reused is None or it.rejected_at is None or not after or "reset" in after:
+        return ""
+    reused = sum(it.reused)
+    others = len(after) - reused
+    redrawn = f", the other {others} drawn anew from p_new" if others else ""
+    why = "confidence above the reuse threshold"
+    return f"; {reused} of the {_drafts(len(after))} after the rejection reused as drafted ({why}){redrawn}"
 
 
 def _tree_sentence(it: TreeRecord) -> str:
