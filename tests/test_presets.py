@@ -103,6 +103,29 @@ def test_the_sjd_pac_preset_quotes_what_compare_shows():
     assert sjd.nfe == 103 and "(103 at window 16)" in preset.explanation
 
 
+def test_the_pjd_preset_quotes_what_compare_shows():
+    """Compare runs SJD at PJD's window of 8 (methods share controls by name), so the preset quotes that run
+    beside its own window-16 figure; the run shows several rows in flight at once."""
+    from specviz.ui.compare import LiveComparison
+    from specviz.ui.controls import RunRequest, sampling_from
+
+    preset = PRESET_BY_KEY["pjd"]
+    updates = preset_controls(preset.key)
+    sampling = sampling_from(*(updates[name]["value"] for name in ("temperature", "top_k", "top_p", "guidance")))
+    controls = {name: updates[name].get("value") for name in PARAMETERS}
+    request = RunRequest(preset.model, preset.method, preset.prompt, preset.seed, sampling, controls)
+    runs = LiveComparison(request, list(updates["compare_methods"]["value"])).runs()
+    *_, shown = runs
+    nfe = {row[0]: row[3] for row in shown["table"]}
+    assert (nfe["pjd"], nfe["sjd"], nfe["zipar"]) == (91, 119, 136)
+    assert "seed 0: 91 passes" in preset.explanation and "window of 8 and takes 119" in preset.explanation
+    model = get_entry(preset.model).load()
+    assert run(model, "sjd", preset.prompt, preset.seed, sampling, {"window": 16}).nfe == 103
+    assert "(103 at window 16)" in preset.explanation
+    pjd = run(model, "pjd", preset.prompt, preset.seed, sampling)
+    assert max(len(it.windows or []) for it in pjd.iterations) == 3  # the first pass, from the prefill, has none
+
+
 def test_the_cspd_preset_quotes_its_run_and_the_run_without_pre_filling():
     preset = PRESET_BY_KEY["cspd"]
     pair = get_entry(preset.model).load()
