@@ -45,17 +45,6 @@ tar_pair() {
 case "${1:-}" in
 pack)
     $TRAIN --role target --prepare
-    python - "$CACHE" <<'EOF'
-import sys
-from pathlib import Path
-
-from safetensors.torch import load_file, save_file
-
-for path in Path(sys.argv[1]).glob("caption-vectors-*.safetensors"):
-    stored = load_file(str(path))
-    save_file({"vectors": stored["vectors"].half(), "index": stored["index"]}, str(path))
-    print(f"{path}: float16, {path.stat().st_size / 2**20:.1f} MiB")
-EOF
     rm -f "$CACHE"/designs/*.tgz  # the npm packages the designs were rendered from
     rm -rf "$SHIPPED" && mkdir -p "$SHIPPED"  # the shipped pair, for `continue`
     cp assets/tiny-continuous/{target,draft}.{json,safetensors} assets/tiny-continuous/projection.safetensors "$SHIPPED"

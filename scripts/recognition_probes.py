@@ -30,7 +30,7 @@ from specviz.models.tiny.designs import build_design_set
 from specviz.models.tiny.text import TEXT_DIM, VECTORS_ENV_VAR, TextEncoder
 from specviz.models.tiny_continuous.network import ContinuousTextToImage
 from specviz.models.tiny_continuous.projection import PatchProjection
-from specviz.stage.recognition import load_embedded, recognised, training_captions
+from specviz.stage.recognition import load_embedded, recognised, shipped_recogniser, training_captions
 from specviz.training.tiny import (
     CAPTION_TEMPLATES,
     adamw,
@@ -100,8 +100,7 @@ def measure(model: ContinuousTextToImage, captions: list[str], out: Path, cache:
     save_file(bfloat16(model.state_dict()), str(out / "target.safetensors"))
     summary = {"model": model.config.to_dict(), "parameters": sum(p.numel() for p in model.parameters())}
     (out / "target.json").write_text(json.dumps(summary, indent=2) + "\n")
-    by_caption, by_emoji = recognised(load_embedded(out), captions, 1, cache)
-    print(f"{out}: {by_caption.summary()}; by emoji, any skin tone: {by_emoji.summary()}")
+    print(f"{out}: {recognised(load_embedded(out), captions, 1, cache, recogniser=shipped_recogniser()).summary()}")
 
 
 def main() -> None:

@@ -124,15 +124,16 @@ def test_recognition_by_emoji_counts_another_skin_tone_of_the_same_emoji(monkeyp
     monkeypatch.setattr(designs, "build_design_set", lambda cache: fake)
     # the sample for the dark skin tone is the light one's image; the sun's is the sun
     monkeypatch.setattr(measure, "drawn", lambda model, asked, seeds, sampling: (images[[0, 2]], asked))
-    by_caption, by_emoji = measure.recognised(None, ["woman artist dark skin tone", "sun"], 1, tmp_path)
-    assert (by_caption.top1, by_caption.top5) == (0.5, 1.0)
-    assert (by_emoji.top1, by_emoji.top5) == (1.0, 1.0)
+    found = measure.recognised(None, ["woman artist dark skin tone", "sun"], 1, tmp_path)
+    assert (found.by_caption.top1, found.by_caption.top5) == (0.5, 1.0)
+    assert (found.by_emoji.top1, found.by_emoji.top5) == (1.0, 1.0)
+    assert found.by_recogniser is None  # none given
 
 
 def test_the_recognition_command_samples_at_the_guidance_and_temperature_it_is_given(monkeypatch, capsys):
     import specviz.stage.recognition as measure
     from specviz.core.settings import SamplingSettings
-    from specviz.stage.recognition import Recognition
+    from specviz.stage.recognition import Recognition, Recognitions
 
     class Model:
         default_sampling = SamplingSettings(temperature=1.0, guidance_scale=2.0)
@@ -141,15 +142,15 @@ def test_the_recognition_command_samples_at_the_guidance_and_temperature_it_is_g
     monkeypatch.setattr(measure, "load_embedded", lambda folder: Model())
     monkeypatch.setattr(measure, "training_captions", lambda cache, count: ["sun"])
 
-    def recognised(model, captions, seeds, cache, sampling):
+    def recognised(model, captions, seeds, cache, sampling, recogniser):
         used.append(sampling)
-        return Recognition(0.5, 1.0, 1), Recognition(1.0, 1.0, 1)
+        return Recognitions(Recognition(0.5, 1.0, 1), Recognition(1.0, 1.0, 1), None)
 
     monkeypatch.setattr(measure, "recognised", recognised)
     measure.main(["--guidance", "4", "--captions", "1", "--seeds", "1"])
     measure.main(["--temperature", "0.5"])
     assert used == [SamplingSettings(temperature=1.0, guidance_scale=4.0), SamplingSettings(0.5, guidance_scale=2.0)]
-    assert "(guidance 4, temperature 1): recognised: top-1 50%" in capsys.readouterr().out
+    assert "(guidance 4, temperature 1): nearest image recognised: top-1 50%" in capsys.readouterr().out
     with pytest.raises(SystemExit):  # a clear message, not a traceback
         measure.main(["--guidance", "80"])
     assert "guidance scale must be between 0 and 50" in capsys.readouterr().err

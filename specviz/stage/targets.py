@@ -9,7 +9,9 @@ Prints one line per target: what is asked, the value measured and whether it is 
 - `bench` on the free-text prompts (prompts the model was not trained on): SJD at W = 16 for the share
   of carried drafts that change per pass and the share of passes in stalls; SJD, SCD-MC and SCD-GS at
   W = 32 for the SCD effect; SJD, LANTERN and GSD at their defaults for the relaxed methods' gain;
-- recognition (`recognition`) of AR samples for `--captions` training captions x `--seeds` seeds;
+- recognition (`recognition`) of AR samples for `--captions` training captions x `--seeds` seeds: by the
+  recogniser (issue 60: >= 60% / 80% of its own top-1 / top-5 on real held-out designs), the nearest
+  training image beside it;
 - AR seconds per image (bench's AR runs, on the threads `SPECVIZ_THREADS` gives) and the weights' size.
 
 Run it on a quiet machine: the AR time is a timing.
@@ -21,8 +23,12 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specviz.core.settings import SamplingSettings
+
+if TYPE_CHECKING:
+    from specviz.models.tiny.adapter import TinyModel
 
 MEGABYTE = 1024 * 1024
 
@@ -44,7 +50,7 @@ def measure_targets(weights: Path, seeds: int, captions: int, cache: Path) -> li
     from specviz.measure.bench import bench
     from specviz.models.tiny.adapter import TinyModel
     from specviz.stage.measure import CONFIDENT, report
-    from specviz.stage.recognition import recognised, training_captions
+    from specviz.stage.recognition import training_captions
     from specviz.stage.samples import FREE_TEXT, TRAINING_CAPTIONS
 
     model = TinyModel.load(weights)
@@ -76,12 +82,32 @@ def measure_targets(weights: Path, seeds: int, captions: int, cache: Path) -> li
     for method in ("lantern", "gsd"):
         ratio = relaxed[method].mean_nfe / relaxed["sjd"].mean_nfe
         targets.append(Target(f"{method} / SJD passes, defaults", "<= 0.90", ratio, ratio <= 0.90))
-    found = recognised(model, training_captions(cache, captions), seeds, cache)[0]
-    targets.append(Target("recognised, top-1", ">= 50%", found.top1, found.top1 >= 0.50, "%"))
-    targets.append(Target("recognised, top-5", ">= 70%", found.top5, found.top5 >= 0.70, "%"))
+    targets += recognition_targets(model, training_captions(cache, captions), seeds, cache)
     targets.append(Target("AR seconds per image", "<= 1.5 s", ar_seconds, ar_seconds <= 1.5, " s"))
     size = sum(path.stat().st_size for path in weights.glob("*.safetensors")) / MEGABYTE
-    targets.append(Target("weights (head included)", "<= 30 MB", size, size <= 30, " MB"))
+    targets.append(Target("weights (head included)", "<= 40 MB", size, size <= 40, " MB"))
+    return targets
+
+
+def recognition_targets(model: TinyModel, captions: list[str], seeds: int, cache: Path) -> list[Target]:
+    """The recogniser's top-1 / top-5 on the samples as a share of its own on real held-out designs (>= 60% /
+    80%), and the nearest-image figures beside them (no target: they reward memorising)."""
+    from specviz.stage.recognition import recognised, shipped_recogniser
+
+    recogniser = shipped_recogniser()
+    found = recognised(model, captions, seeds, cache, recogniser=recogniser)
+    targets = [
+        Target("nearest training image, top-1 (no target)", "-", found.by_caption.top1, True, "%"),
+        Target("nearest training image, top-5 (no target)", "-", found.by_caption.top5, True, "%"),
+    ]
+    if recogniser is None or found.by_recogniser is None:
+        return [*targets, Target("recogniser's weights (assets/recogniser)", "present", 0, False)]
+    for name, share, own, least in (
+        ("top-1", found.by_recogniser.top1, recogniser.held_out[0], 0.6),
+        ("top-5", found.by_recogniser.top5, recogniser.held_out[1], 0.8),
+    ):
+        asked = f">= {least:.0%} of {own:.0%}"
+        targets.append(Target(f"recognised by the recogniser, {name}", asked, share, share >= least * own, "%"))
     return targets
 
 

@@ -30,7 +30,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Self
 
@@ -60,6 +60,7 @@ SHIFT_PROBABILITY = 0.5
 TEXTURE_TAU = 1.5  # the texture quantiser's temperature: about 0.8 nats per code on the training images
 CODEBOOK_SAMPLE = 400_000  # distinct training patches the k-means runs on
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "tiny-uncertain"
+PACE = (10, 30)  # --minutes times these steps
 
 
 def learning_rate(step: int, steps: int, peak: float, warmup: int = 100) -> float:
@@ -67,6 +68,29 @@ def learning_rate(step: int, steps: int, peak: float, warmup: int = 100) -> floa
         return peak * (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup)
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+class Pace:
+    """With --minutes, the step count set from the pace of steps PACE[0] to PACE[1]: every step before
+    runs at the warm-up's learning rate, which does not depend on the count."""
+
+    def __init__(self, minutes: float | None, started: float, device: torch.device):
+        self.minutes, self.started, self.device = minutes, started, device
+        self.paced_from = 0.0
+
+    def steps(self, step: int, steps: int) -> int:
+        """The step count as it stands before `step`."""
+        if not self.minutes or step not in PACE:
+            return steps
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        if step == PACE[0]:
+            self.paced_from = time.time()
+            return steps
+        pace = (time.time() - self.paced_from) / (PACE[1] - PACE[0])
+        steps = step + max(1, int(0.95 * (self.minutes * 60 - (time.time() - self.started)) / pace))
+        print(f"{pace * 1000:.1f} ms per step: {steps} steps in {self.minutes} minutes", flush=True)
+        return steps
 
 
 def random_shifts(batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,7 +119,7 @@ def caption_vectors(captions: list[str], cache: Path) -> torch.Tensor:
     """MiniLM vectors of the captions, kept in `cache` under a hash of the list, so a machine without
     the text encoder's package (a lent GPU) can train from a copy of the cache folder; each distinct
     caption is encoded and stored once (the designs repeat every caption about four times). A copy stored
-    in float16 (scripts/continuous_on_gpu.sh packs one, to fit what a device call carries) reads as float32."""
+    in float16 (`--prepare` writes one, to fit what a device call carries) reads as float32."""
     digest = hashlib.sha256("\n".join(captions).encode()).hexdigest()[:16]
     path = cache / f"caption-vectors-{digest}.safetensors"
     if path.exists():
@@ -241,9 +265,41 @@ def resumed(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimiz
     return run
 
 
+def add_device_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """--minutes and --prepare, what a run on a lent GPU needs, alike in every trainer."""
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        help="train for about this long instead of --steps: the count is set from the pace of steps 10-30",
+    )
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only build the designs and the caption vectors (float16) into --cache, for a GPU without the "
+        "network or the text encoder",
+    )
+
+
+def prepare_cache(cache: Path) -> None:
+    """The designs and the caption vectors in `cache` for a machine without the network or the text encoder,
+    the vectors stored in float16 (half of what a device call carries; `caption_vectors` reads them back)."""
+    prompt_vectors(build_design_set(cache / "designs"), cache, torch.device("cpu"))
+    for path in cache.glob("caption-vectors-*.safetensors"):
+        stored = load_file(str(path))
+        save_file({"vectors": stored["vectors"].half(), "index": stored["index"]}, str(path))
+        print(f"{path}: float16, {path.stat().st_size / 2**20:.1f} MiB", flush=True)
+    print(f"the designs and caption vectors are in {cache}", flush=True)
+
+
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=4500)
+    add_device_run_arguments(parser)
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        help="continue a trained model folder (its shape, weights and codebook) with a fresh schedule",
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight-decay", type=float, default=0.1)
@@ -273,7 +329,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=ASSETS)
     parser.add_argument("--cache", type=Path, default=Path(".cache"))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.init_from and args.resume:
+        parser.error("--resume continues a run with its own start: give --init-from only to its first sitting")
+    return args
 
 
 @dataclass(frozen=True)
@@ -323,6 +382,10 @@ def codebook_for(args: argparse.Namespace, training_images: torch.Tensor, genera
     when the run resumes, the one its first sitting wrote."""
     if args.resume:
         return load_file(str(args.out / "codebook.safetensors"))["codebook"]
+    if args.init_from:  # a model keeps its token space
+        codebook = load_file(str(args.init_from / "codebook.safetensors"))["codebook"]
+        save_file({"codebook": codebook.contiguous()}, str(args.out / "codebook.safetensors"))
+        return codebook
     device = torch.device(args.device)
     codebook = fit_codebook(distinct_patches(training_images, CODEBOOK_SAMPLE, generator).to(device), 1024,
                             args.codebook_iterations, generator).cpu()  # fmt: skip
@@ -385,8 +448,9 @@ def prepare_data(args: argparse.Namespace, generator: torch.Generator) -> Data:
     return Data.of(designs, held, source, text, train_probe, device, **more, quality=quality, entropy=entropy)
 
 
-def build_model(args: argparse.Namespace, data: Data) -> TinyTextToImage:
-    """The generator, its weights drawn from the global seed; prints its size."""
+def build_model(args: argparse.Namespace, data: Data) -> tuple[TinyTextToImage, dict | None]:
+    """The generator, its weights drawn from the global seed (then replaced by --init-from's, whose shape it
+    takes, with that run's training record); prints its size."""
     config = TinyConfig(
         hidden_size=args.hidden,
         num_layers=args.layers,
@@ -394,10 +458,18 @@ def build_model(args: argparse.Namespace, data: Data) -> TinyTextToImage:
         intermediate_size=3 * args.hidden,
         dropout=args.dropout,
     )
-    model = TinyTextToImage(config).to(args.device)
+    earlier = None
+    if args.init_from:
+        summary = json.loads((args.init_from / "config.json").read_text())
+        config, earlier = replace(TinyConfig(**summary["model"]), dropout=args.dropout), summary["training"]
+    model = TinyTextToImage(config)
+    if args.init_from:
+        weights = load_file(str(args.init_from / "model.safetensors"))
+        model.load_state_dict({name: tensor.float() for name, tensor in weights.items()})
+    model = model.to(args.device)
     params = sum(p.numel() for p in model.parameters())
     print(f"generator: {params / 1e6:.2f}M parameters, {len(data.train_pictures)} training images", flush=True)
-    return model
+    return model, earlier
 
 
 def start_run(
@@ -405,7 +477,7 @@ def start_run(
 ) -> dict:
     """The run's record (next step, evaluations, the kept weights and their evaluation, earlier minutes):
     a fresh one, which keeps the initial weights until an evaluation, or the checkpoint's it resumes."""
-    run = {"step": 0, "history": [], "kept": {"held_out_loss": math.inf}, "minutes_before": 0.0}
+    run = {"step": 0, "steps": args.steps, "history": [], "kept": {"held_out_loss": math.inf}, "minutes_before": 0.0}
     run["kept_state"] = copy.deepcopy(model.state_dict())
     return resumed(args.resume, model, optimizer, generator) if args.resume else run
 
@@ -416,15 +488,16 @@ def training_step(
     model: TinyTextToImage,
     optimizer: torch.optim.Optimizer,
     step: int,
+    steps: int,
     generator: torch.Generator,
 ) -> torch.Tensor:
-    """One optimiser step on a fresh batch, its loss returned: the batch, then its codes, then the noise
+    """One optimiser step (of `steps`) on a fresh batch, its loss returned: the batch, then its codes, then the noise
     on its prompts, all drawn from `generator` in that order."""
     device = torch.device(args.device)
     picture, template, drop, dy, dx = training_draws(data.train_pictures, args.batch_size, generator)
     codes = sample_codes(data.patches[picture].float() / 255.0, data.codebook, args.tau, generator)
     batch_tokens = shift_tokens(codes, model.config.rows, model.config.cols, dy.to(device), dx.to(device), data.white)
-    set_learning_rate(optimizer, learning_rate(step, args.steps, args.lr))
+    set_learning_rate(optimizer, learning_rate(step, steps, args.lr))
     prompts = data.text[template.to(device), data.source[picture]]
     if args.text_noise:
         noise = torch.randn(prompts.shape, generator=generator).to(device) * args.text_noise
@@ -482,22 +555,31 @@ def train(
     run: dict,
     generator: torch.Generator,
     started: float,
+    threads: int,
 ) -> None:
-    """Train from the run's step to --steps, evaluating (and checkpointing, with --checkpoints or
-    --resume) every --eval-every steps and at the last."""
+    """Train from the run's step to its step count (--steps, or what --minutes sets from the first steps'
+    pace, kept in the checkpoint for --resume), evaluating every --eval-every steps and at the last; at
+    each evaluation the kept weights are written to --out (a run cut off leaves a model) and, with
+    --checkpoints or --resume, the run to resume."""
     checkpoints = args.resume or args.checkpoints
-    for step in range(run["step"], args.steps):
-        loss = training_step(args, data, model, optimizer, step, generator)
-        if step % args.eval_every == 0 or step == args.steps - 1:
+    pace = Pace(None if args.resume else args.minutes, started, torch.device(args.device))
+    step = run["step"]
+    while step < run["steps"]:
+        run["steps"] = pace.steps(step, run["steps"])
+        loss = training_step(args, data, model, optimizer, step, run["steps"], generator)
+        if step % args.eval_every == 0 or step == run["steps"] - 1:
             evaluate(args, data, model, run, step, loss, started)
+            write_model(args, data, model, run, threads, started)
             if checkpoints:
                 checkpoint(checkpoints, model, optimizer, run, step, generator, started)
+        step += 1
 
 
 def training_record(args: argparse.Namespace, data: Data, run: dict, threads: int, started: float) -> dict:
     """How the weights were made: the settings, the data and its augmentations, and the run's evaluations."""
     settings = {
-        "steps": args.steps,
+        "steps": run["steps"],
+        "minutes_asked": args.minutes,
         "batch_size": args.batch_size,
         "lr": args.lr,
         "weight_decay": args.weight_decay,
@@ -524,6 +606,7 @@ def training_record(args: argparse.Namespace, data: Data, run: dict, threads: in
         "translations_per_image": (2 * MAX_SHIFT + 1) ** 2,
     }
     outcome = {
+        "continued_from": run.get("continued_from"),
         "kept_checkpoint": run["kept"],
         "minutes": round(minutes_so_far(run, started), 1),
         "torch": torch.__version__,
@@ -536,8 +619,10 @@ def write_model(
     args: argparse.Namespace, data: Data, model: TinyTextToImage, run: dict, threads: int, started: float
 ) -> None:
     """Write the kept weights (bfloat16), config.json (architecture, sampling defaults, training record,
-    tokenizer) and prompts.json (the training captions, which the app offers) into --out."""
-    save_file(bfloat16(run["kept_state"]), str(args.out / "model.safetensors"))
+    tokenizer) and prompts.json (the training captions, which the app offers) into --out, each file
+    replaced whole: a copy taken while training goes on (scripts/stage_on_gpu.sh) reads whole files."""
+    save_file(bfloat16(run["kept_state"]), str(args.out / "model.safetensors.tmp"))
+    (args.out / "model.safetensors.tmp").replace(args.out / "model.safetensors")
     summary = {
         "model": model.config.to_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -551,7 +636,8 @@ def write_model(
             "texture_nats_per_code": round(data.entropy, 3),
         },
     }
-    (args.out / "config.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (args.out / "config.json.tmp").write_text(json.dumps(summary, indent=2) + "\n")
+    (args.out / "config.json.tmp").replace(args.out / "config.json")
     captions, held = data.designs.captions, data.held.tolist()
     known = sorted(set(caption for caption, out in zip(captions, held, strict=True) if not out))
     (args.out / "prompts.json").write_text(json.dumps(known, indent=0) + "\n")  # the app offers them
@@ -565,12 +651,16 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.prepare:
+        prepare_cache(args.cache)
+        return
     data = prepare_data(args, generator)
-    model = build_model(args, data)
+    model, earlier = build_model(args, data)
     optimizer = adamw(model, args.lr, args.weight_decay)
     run = start_run(args, model, optimizer, generator)
-    train(args, data, model, optimizer, run, generator, started)
-    write_model(args, data, model, run, threads, started)
+    run.setdefault("continued_from", earlier)
+    run.setdefault("steps", args.steps)  # a checkpoint written before step counts were kept
+    train(args, data, model, optimizer, run, generator, started, threads)
 
 
 if __name__ == "__main__":

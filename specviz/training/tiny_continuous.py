@@ -43,8 +43,10 @@ from specviz.models.tiny_continuous.network import ContinuousConfig, ContinuousT
 from specviz.models.tiny_continuous.projection import PatchProjection
 from specviz.training.tiny import (
     CONDITION_DROP,
+    Pace,
     SplitDesigns,
     adamw,
+    add_device_run_arguments,
     bfloat16,
     descend,
     device_name,
@@ -52,6 +54,7 @@ from specviz.training.tiny import (
     held_and_mirrors,
     learning_rate,
     minutes_so_far,
+    prepare_cache,
     prompt_vectors,
     resumed,
     save_checkpoint,
@@ -60,7 +63,6 @@ from specviz.training.tiny import (
 )
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "tiny-continuous"
-PACE = (10, 30)  # --minutes times these steps
 ROLES = {
     "target": ContinuousConfig(
         hidden_size=384, num_layers=6, num_heads=6, intermediate_size=1152, head_width=256, head_blocks=3
@@ -157,11 +159,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight-decay", type=float, default=0.05)
     parser.add_argument("--eval-every", type=int, default=250)
-    parser.add_argument(
-        "--minutes",
-        type=float,
-        help="train for about this long instead of --steps: the count is set from the pace of steps 10-30",
-    )
+    add_device_run_arguments(parser)
     parser.add_argument(
         "--init-from",
         type=Path,
@@ -186,11 +184,6 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=ASSETS)
     parser.add_argument("--cache", type=Path, default=Path(".cache"))
-    parser.add_argument(
-        "--prepare",
-        action="store_true",
-        help="only build the designs and caption vectors into --cache (for a GPU without the network or the encoder)",
-    )
     args = parser.parse_args(argv)
     if args.distil_from and args.role != "draft":
         parser.error("--distil-from trains a draft towards a target: use it with --role draft")
@@ -288,29 +281,6 @@ def start_run(
     return run
 
 
-class Pace:
-    """With --minutes, the step count set from the pace of steps PACE[0] to PACE[1]: every step before
-    runs at the warm-up's learning rate, which does not depend on the count."""
-
-    def __init__(self, args: argparse.Namespace, started: float):
-        self.minutes, self.started, self.device = args.minutes, started, torch.device(args.device)
-        self.paced_from = 0.0
-
-    def steps(self, step: int, steps: int) -> int:
-        """The step count as it stands before `step`."""
-        if not self.minutes or step not in PACE:
-            return steps
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        if step == PACE[0]:
-            self.paced_from = time.time()
-            return steps
-        pace = (time.time() - self.paced_from) / (PACE[1] - PACE[0])
-        steps = step + max(1, int(0.95 * (self.minutes * 60 - (time.time() - self.started)) / pace))
-        print(f"{pace * 1000:.1f} ms per step: {steps} steps in {self.minutes} minutes", flush=True)
-        return steps
-
-
 @dataclass(frozen=True)
 class Trainer:
     """What a training step and an evaluation read besides the step: the run's settings, data, networks
@@ -366,7 +336,7 @@ class Trainer:
     def train(self, run: dict, started: float) -> int:
         """Train from the run's step to the end, evaluating (and checkpointing, with --checkpoints or
         --resume) every --eval-every steps and at the last; returns the step count, which --minutes sets."""
-        args, pace = self.args, Pace(self.args, started)
+        args, pace = self.args, Pace(self.args.minutes, started, torch.device(self.args.device))
         checkpoints = args.resume or args.checkpoints
         steps, step = args.steps, run["step"]
         while step < steps:
@@ -435,11 +405,11 @@ def main(argv: list[str] | None = None) -> None:
     threads = configure_threads()
     torch.manual_seed(args.seed)  # the diffusion timesteps and noise
     generator = torch.Generator().manual_seed(args.seed)  # the data order, shifts and condition drops
+    if args.prepare:
+        prepare_cache(args.cache)
+        return
     designs = build_design_set(args.cache / "designs")
     text = prompt_vectors(designs, args.cache, torch.device(args.device))
-    if args.prepare:
-        print(f"the designs and caption vectors are in {args.cache}", flush=True)
-        return
     data = prepare_data(args, designs, text, generator)
     model, earlier = build_model(args)
     distillation = Distillation.load(args, data.held_ids) if args.distil_from else None
