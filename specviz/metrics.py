@@ -267,8 +267,11 @@ def row_run_lengths(trace: Trace) -> np.ndarray:
 
 
 def has_row_windows(trace: Trace) -> bool:
-    """Whether a rows run verified a Jacobi window in each row (PJD) rather than drawing a token per row."""
-    return any(getattr(it, "windows", None) is not None for it in trace.iterations)
+    """Whether a rows run verifies a Jacobi window in each row (PJD) rather than drawing a token per row
+    (ZipAR): by its `window` parameter, so a run cut short before its first window (a live race's first
+    frame, drawn from the prefill) says so as well, or by a window in its records."""
+    windows = any(getattr(it, "windows", None) is not None for it in trace.iterations)
+    return trace.kind == "rows" and ("window" in trace.params or windows)
 
 
 def changed_share(iterations: list[Iteration]) -> float | None:

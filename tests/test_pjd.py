@@ -232,6 +232,20 @@ def test_the_views_draw_a_pjd_run(tiny, pjd_trace):
     assert numbers["accepted"] == sum(it.accepted for it in pjd_trace.iterations) > 0
 
 
+def test_a_live_race_draws_pjd_from_its_first_pass(tiny):
+    """The race draws a run as it goes: after PJD's first pass (drawn from the prefill, no window yet) its map,
+    frame and Inspect views already take it for PJD, not ZipAR (whose map reads another parameter)."""
+    from specviz.decoding.runner import RunStream
+
+    stream = RunStream(tiny, "pjd", "rocket", 0)
+    stream.step()
+    first = stream.trace()
+    assert len(first.iterations) == 1 and first.iterations[0].windows is None and metrics.has_row_windows(first)
+    title, _ = viz.progress_map(first)
+    assert title.startswith("tokens each cell's row committed")
+    assert viz.window_figure(first, 0).data and viz.iteration_sentence(first, 0)
+
+
 def test_the_race_picture_and_inspect_show_every_row_in_flight_with_its_window(pjd_trace):
     """A pass over several rows shows each row's drafts at their own cells by fate (not only the cells it
     committed), and Inspect's bars give every row's drafts in turn, top row first."""
@@ -248,6 +262,9 @@ def test_the_race_picture_and_inspect_show_every_row_in_flight_with_its_window(p
     bars = next(trace for trace in figure.data if trace.name == "window")
     assert list(bars.y) == [ratio for window in it.windows for ratio in window.ratio]
     assert f"row {it.windows[-1].row}, draft 1" in bars.customdata[-len(it.windows[-1].drafts)]
+    rows = [f"row {window.row}" for window in it.windows if window.drafts]
+    assert list(figure.layout.xaxis2.ticktext) == rows  # each group of bars named by its row
+    assert figure.layout.title.text.replace("<br>", " ").endswith(f"{len(it.committed)} tokens committed")
 
 
 def test_the_app_offers_pjd_with_its_own_parameters():

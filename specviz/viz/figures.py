@@ -190,6 +190,11 @@ def _continuous_outcome(it: ContinuousRecord, whole_row: str) -> str:
 
 
 def _rows_outcome(it: RowsRecord, whole_row: str) -> str:
+    if it.windows:  # PJD: a window in every row in flight
+        rows = f"rows {it.windows[0].row}-{it.windows[-1].row}" if len(it.windows) > 1 else f"row {it.windows[0].row}"
+        committed = len(it.committed)
+        drafts = "1 draft" if it.accepted == 1 else f"{it.accepted} drafts"
+        return f"{len(it.windows)} windows ({rows}): {drafts} accepted, {committed} tokens committed"
     if len(it.rows) == 1:
         return f"1 token drawn, row {it.rows[0]}"
     return f"{len(it.rows)} tokens drawn together, rows {', '.join(str(row) for row in it.rows)}"
@@ -241,7 +246,8 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
     _draw_grid(fig, grid, np.vectorize(describe, otypes=[object])(grid.position, grid.state), dark, palette)
     hover = [describe(it.start + i, state) for i, state in enumerate(fates)]
     ratios = it.ratio if drafted else []
-    if isinstance(it, RowsRecord) and it.verifies_drafts:  # PJD: every row's window, top row first
+    row_windows = isinstance(it, RowsRecord) and it.verifies_drafts
+    if row_windows:  # PJD: every row's window, top row first
         ratios, fates, hover = _row_window_bars(it)
     width = max(window_size(trace), _widest_rows_pass(trace))
     _draw_ratios(fig, ratios, fates, hover, palette, bars)
@@ -250,6 +256,8 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
     rows_drawn = trace.kind == "rows" and not fates  # ZipAR: tokens drawn, nothing verified
     _add_state_keys(fig, ["committed", "pending"] if rows_drawn else legend_states(set(fates)), palette)
     _window_axes(fig, trace.geometry, width, wide, bars)
+    if row_windows:
+        _mark_rows(fig, it, palette, bars, wide)
     if not fates:
         _say_no_drafts(fig, it.kind, width)
     return _window_layout(fig, window_title(trace, j), dark, large, wide)
@@ -270,6 +278,21 @@ def _row_window_bars(it: RowsRecord) -> tuple[list[float], list[str], list[str]]
                 f"state: {LABELS[shown]}{then}"
             )
     return ratios, fates, hover
+
+
+def _mark_rows(fig: go.Figure, it: RowsRecord, palette: dict, bars: dict, wide: bool) -> None:
+    """Which row each group of bars belongs to: a dashed line between rows and the row's number under its
+    own (the offsets would run on from row to row), and the axis named for what it shows (wide: the bars'
+    own title says it)."""
+    first, middles, names = 0, [], []
+    for window in (window for window in it.windows if window.drafts):
+        if first:
+            fig.add_vline(x=first - 0.5, line={"dash": "dash", "color": palette["outline"], "width": 1}, **bars)
+        middles.append(first + (len(window.drafts) - 1) / 2)
+        names.append(f"row {window.row}")
+        first += len(window.drafts)
+    title = None if wide else "each row's drafts in turn, top row first"
+    fig.update_xaxes(tickvals=middles, ticktext=names, title=title, **bars)
 
 
 def _widest_rows_pass(trace: Trace) -> int:
