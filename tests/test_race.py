@@ -245,3 +245,23 @@ def test_inspect_drawing_the_runs_a_race_hands_it_is_no_interruption(monkeypatch
     final = [summary for summary in summaries if summary][-1]
     assert "timed once more" not in final, final
     assert "the median of 1 runs of each with nothing drawing" in final
+
+
+def test_a_race_that_fails_says_so_instead_of_racing_on(monkeypatch):
+    """An error in the middle of a race reaches the page as its message; the summary, which said 'Racing...',
+    says the race stopped (a PJD race once failed on its first frame and the page kept saying it raced)."""
+    from specviz.core.settings import SamplingSettings
+    from specviz.ui import race as race_tab
+    from specviz.ui.controls import RunRequest, own_parameters
+
+    def failing(self, deadline, slow):
+        yield from ()
+        raise RuntimeError("a bug in drawing the first frame")
+
+    monkeypatch.setattr(race_tab.LiveRace, "frames", failing)
+    request = RunRequest("tiny", "sjd", "sun", 0, SamplingSettings(), own_parameters("sjd"))
+    summaries = []
+    with pytest.raises(RuntimeError, match="first frame"):
+        for frame in race_tab.race_frames(request, slow=False, opens_on=None):
+            summaries.append(frame.get("summary"))
+    assert summaries[0].startswith("*Racing sjd") and summaries[-1] == race_tab.RACE_STOPPED

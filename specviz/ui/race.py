@@ -406,6 +406,9 @@ def finished_bars(total: int, *done: Trace) -> str:
     return race_bars([(t.method, metrics.summary(t)["nfe"], t.seconds) for t in done], total)
 
 
+RACE_STOPPED = "*The race stopped: the message above says why. Nothing of it was kept.*"
+
+
 def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterator[dict[str, object]]:
     """The race as frames of output values keyed by name (plain values: inside a GPU call they cross
     processes); Inspect opens on the runs at `opening_iteration(trace, opens_on)`."""
@@ -424,8 +427,12 @@ def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterat
     # the previous run's images, counters, summary and downloads go at once: they describe another run
     yield {**CLEARED, "summary": racing(request.method), "activity": RACING, "downloads": None}
     live = LiveRace(chosen, contest)
-    yield from live.frames(deadline, slow)
-    trace, ar = contest.traces()
+    try:
+        yield from live.frames(deadline, slow)
+        trace, ar = contest.traces()
+    except Exception:  # the page shows the error's message; the summary must not go on saying it races
+        yield {"summary": RACE_STOPPED, "activity": None}
+        raise
     # on a CPU the live clocks also paid for drawing the race: both are timed again undisturbed, in turns,
     # while Inspect already has the runs (their tokens and passes are final; only the clocks are not)
     wanted = timings_wanted() if needs_retiming(chosen) else 0
