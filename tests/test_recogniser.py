@@ -77,3 +77,20 @@ def test_the_training_command_learns_made_up_emoji_and_writes_what_it_loads(tmp_
     held_emoji = [base for base, out in zip(bases, held, strict=True) if out]
     top1, _ = scores(loaded.ranked(np.stack(images)[np.array(held)]), held_emoji)
     assert top1 == record["held_out_top1"] >= 0.5  # what it wrote is what it loads; and it learnt the colours
+
+
+def test_weights_of_another_shape_are_refused_before_anything_is_allocated(tmp_path, shipped):
+    record = json.loads((module.ASSETS / "recogniser.json").read_text())
+    (tmp_path / "recogniser.json").write_text(json.dumps({**record, "width": 10**6}))
+    with pytest.raises(ValueError, match="a width of 1 to 128"):
+        TrainedRecogniser.load(tmp_path)
+    (tmp_path / "recogniser.json").write_text(json.dumps({**record, "classes": [1, 2]}))
+    with pytest.raises(ValueError, match="each a name"):
+        TrainedRecogniser.load(tmp_path)
+
+
+def test_a_figure_beside_the_targets_is_neither_met_nor_missed():
+    from specviz.stage.targets import Target
+
+    assert Target("nearest training image, top-1 (no target)", "-", 0.4, None, "%").line().startswith("        ")
+    assert Target("recognised", ">= 60%", 0.1, False, "%").line().startswith("MISSED")

@@ -100,3 +100,13 @@ def test_the_recipe_trains_brings_back_a_model_that_draws_and_continues_it(tmp_p
 def test_the_recipe_refuses_to_train_without_its_data(tmp_path):
     refused = recipe("train", tmp_path, STEPS="1")
     assert refused.returncode == 3 and "run pack here and carry it" in refused.stderr
+
+
+def test_a_folder_to_continue_is_checked_as_the_app_loads_it(tmp_path):
+    """--init-from a folder the adapter would refuse stops with its one-line reason, before any data is built."""
+    import pytest
+
+    from specviz.training import tiny
+
+    with pytest.raises(SystemExit, match=r"config\.json, model\.safetensors, codebook\.safetensors missing"):
+        tiny.main(["--init-from", str(tmp_path), "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")])

@@ -31,6 +31,7 @@ from torch.nn import functional
 from specviz.core.threads import configure_threads
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "recogniser"
+MAX_CLASSES = 10_000  # the emoji of every design are about 2,000
 WIDTH = 32  # channels of the first stage; each of the four stages after it halves the side, doubles the width
 BATCH = 128
 ROTATION_DEGREES = 12
@@ -94,8 +95,14 @@ class TrainedRecogniser:
 
     @classmethod
     def load(cls, folder: Path = ASSETS) -> TrainedRecogniser:
+        """The recogniser in `folder`; its shape checked before anything is allocated."""
         record = json.loads((folder / "recogniser.json").read_text())
-        network = Recogniser(len(record["classes"]), record["width"])
+        width, classes = record.get("width"), record.get("classes")
+        if not (isinstance(width, int) and 1 <= width <= 4 * WIDTH and isinstance(classes, list)):
+            raise ValueError(f"{folder}/recogniser.json: a width of 1 to {4 * WIDTH} and a list of classes needed")
+        if not 1 <= len(classes) <= MAX_CLASSES or not all(isinstance(name, str) for name in classes):
+            raise ValueError(f"{folder}/recogniser.json: 1 to {MAX_CLASSES} classes, each a name, needed")
+        network = Recogniser(len(classes), width)
         network.load_state_dict({k: v.float() for k, v in load_file(str(folder / "recogniser.safetensors")).items()})
         training = record["training"]
         return cls(network.eval(), record["classes"], (training["held_out_top1"], training["held_out_top5"]))

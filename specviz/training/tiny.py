@@ -38,7 +38,9 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from specviz.core.errors import ModelUnavailable
 from specviz.core.threads import configure_threads
+from specviz.models.tiny.adapter import TinyModel
 from specviz.models.tiny.data import may_mirror, shift_tokens
 from specviz.models.tiny.designs import SOURCES, DesignSet, build_design_set
 from specviz.models.tiny.network import TinyConfig, TinyTextToImage
@@ -459,13 +461,13 @@ def build_model(args: argparse.Namespace, data: Data) -> tuple[TinyTextToImage, 
         dropout=args.dropout,
     )
     earlier = None
-    if args.init_from:
-        summary = json.loads((args.init_from / "config.json").read_text())
-        config, earlier = replace(TinyConfig(**summary["model"]), dropout=args.dropout), summary["training"]
+    if args.init_from:  # checked by the adapter's loader before any work (`main`)
+        trained = TinyModel.load(args.init_from, name="--init-from").network
+        config = replace(trained.config, dropout=args.dropout)
+        earlier = json.loads((args.init_from / "config.json").read_text()).get("training")
     model = TinyTextToImage(config)
     if args.init_from:
-        weights = load_file(str(args.init_from / "model.safetensors"))
-        model.load_state_dict({name: tensor.float() for name, tensor in weights.items()})
+        model.load_state_dict(trained.state_dict())
     model = model.to(args.device)
     params = sum(p.numel() for p in model.parameters())
     print(f"generator: {params / 1e6:.2f}M parameters, {len(data.train_pictures)} training images", flush=True)
@@ -654,6 +656,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.prepare:
         prepare_cache(args.cache)
         return
+    if args.init_from:  # a folder the adapter loads (config in bounds, weights that fit it, a codebook), or a message
+        try:
+            TinyModel.load(args.init_from, name="--init-from")
+        except ModelUnavailable as error:
+            raise SystemExit(str(error)) from None
     data = prepare_data(args, generator)
     model, earlier = build_model(args, data)
     optimizer = adamw(model, args.lr, args.weight_decay)
