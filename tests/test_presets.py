@@ -155,8 +155,11 @@ def _pressed(demo, button: gr.Button) -> list:
     shown = []
     for fn in demo.fns.values():
         if (button._id, "click") in fn.targets and tabs in fn.outputs:
-            values = fn.fn()  # these handlers take no inputs: they answer at once, before the race is queued
-            shown.append(values[tabs] if isinstance(values, dict) else values[fn.outputs.index(tabs)])
+            values = fn.fn(None, False)  # no race nor comparison going: they answer at once, outside the queue
+            assert fn.queue is False, f"{button.elem_id}'s first answer waits in the queue"
+            summary = next(c for c in fn.outputs if getattr(c, "elem_id", None) == "race-summary")
+            assert values[summary] == "*Starting the race...*", f"{button.elem_id}: {values[summary]}"
+            shown.append(values[tabs])
     return shown
 
 

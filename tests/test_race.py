@@ -2,6 +2,7 @@
 the nearest known caption for free text, and a replayed race's pair of traces."""
 
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -216,7 +217,6 @@ def test_inspect_drawing_the_runs_a_race_hands_it_is_no_interruption(monkeypatch
     trip that a busy laptop makes slower than the timing's wait for quiet. The timing waits for that drawing, so
     no round is timed again for it and the summary blames neither Inspect nor an export (each of a lecture's
     preset races said so)."""
-    import threading
     import time
 
     from specviz.core.settings import SamplingSettings
@@ -265,3 +265,29 @@ def test_a_race_that_fails_says_so_instead_of_racing_on(monkeypatch):
         for frame in race_tab.race_frames(request, slow=False, opens_on=None):
             summaries.append(frame.get("summary"))
     assert summaries[0].startswith("*Racing sjd") and summaries[-1] == race_tab.RACE_STOPPED
+
+
+def test_a_race_shows_it_started_before_the_compute_thread_is_free():
+    """The first frame (the previous run cleared, 'Racing...') reaches the page while the compute thread is
+    still busy with the work before the race; before, the page showed nothing new until it was free."""
+    from specviz.core.settings import SamplingSettings
+    from specviz.ui import race as race_tab
+    from specviz.ui.compute import on_compute_thread
+    from specviz.ui.controls import RunRequest, own_parameters
+
+    release = threading.Event()
+    busy = threading.Thread(target=on_compute_thread, args=(release.wait, 10), daemon=True)
+    busy.start()
+    request = RunRequest("tiny", "sjd", "sun", 0, SamplingSettings(), own_parameters("sjd"))
+    frames = race_tab.race_frames(request, slow=False, opens_on=None)
+    first = []
+    shown = threading.Thread(target=lambda: first.append(next(frames)), daemon=True)
+    shown.start()
+    shown.join(3)
+    answered_while_busy = bool(first)
+    release.set()
+    busy.join()
+    shown.join()
+    assert answered_while_busy, "the page saw nothing until the compute thread was free"
+    assert first[0]["summary"].startswith("*Racing sjd") and first[0]["method_image"] is None
+    frames.close()

@@ -248,3 +248,68 @@ def test_a_zipar_race_exports_beside_its_ar_run(tiny, tmp_path):
 
     (written,) = viz.write_animation(zipar, image_at(zipar), [tmp_path / "race.gif"], ar=ar, ar_image_at=image_at(ar))
     assert written.stat().st_size > 10_000
+
+
+def test_a_new_press_ends_the_pages_race_and_says_so_at_once(server):
+    """Run pressed while the page's race is still going (a slow-motion race, a minute long here): the press
+    answers at once with a line that the race starts, and the old race ends within a pass, so the new one does
+    not wait for it (a lecturer once saw nothing for 13 s after pressing a preset: the race before it held the
+    queue while its clocks were timed)."""
+    raw = RawClient(server)
+    dependencies = raw.config["dependencies"]
+    press = next(d for d in dependencies if d["api_name"] == "own_run_shown")
+    race = next(d for d in dependencies if d["api_name"] == "race")
+    assert press["id"] != race["id"] and len(press["inputs"]) == 2  # the race's activity and Compare's
+    body = {"data": [*RACE, "slow"], "fn_index": race["id"], "session_hash": raw.session, "event_data": None}
+    joined = httpx.post(f"{raw.api}/queue/join", json=body)
+    assert joined.status_code == 200, joined.text[:300]
+    race_event = joined.json()["event_id"]
+    stream = httpx.stream("GET", f"{raw.api}/queue/data", params={"session_hash": raw.session}, timeout=60)
+    with stream as events:
+        lines = events.iter_lines()
+        for line in lines:  # until the race shows its passes
+            message = json.loads(line[5:]) if line.startswith("data:") else {}
+            if message.get("msg") == "process_generating" and message.get("event_id") == race_event:
+                break
+        time.sleep(1.5)  # a few slow-motion passes
+        pressed = time.perf_counter()
+        body = {"data": [None, None], "fn_index": press["id"], "session_hash": raw.session, "event_data": None}
+        assert httpx.post(f"{raw.api}/queue/join", json=body).status_code == 200
+        said = None
+        for line in lines:
+            message = json.loads(line[5:]) if line.startswith("data:") else {}
+            if message.get("msg") != "process_completed":
+                continue
+            if message.get("event_id") == race_event:
+                break
+            said = message["output"]["data"]
+        ended = time.perf_counter() - pressed
+    assert said is not None and "*Starting the race once the previous race ends" in str(said), said
+    assert ended < 5, f"the page's old race ran on {ended:.1f} s after the new press"
+    print(f"the old race ended {ended:.2f} s after the press")
+
+
+def test_a_press_ends_only_its_own_pages_race():
+    from specviz.ui import compute
+
+    def deadline_of(page: str, **options) -> Deadline:
+        token = compute.PAGE.set(page)
+        try:
+            return Deadline(seconds=60, **options)
+        finally:
+            compute.PAGE.reset(token)
+
+    racing, other_page, comparing = (
+        deadline_of("a", superseded_by_press=True),
+        deadline_of("b", superseded_by_press=True),
+        deadline_of("a"),
+    )
+    token = compute.PAGE.set("a")
+    try:
+        compute.race_pressed()
+    finally:
+        compute.PAGE.reset(token)
+    assert not racing.wanted() and other_page.wanted() and comparing.wanted()
+    with pytest.raises(compute.Superseded, match="started another race"):
+        racing.check()
+    assert deadline_of("a", superseded_by_press=True).wanted()  # a race begun after the press goes on

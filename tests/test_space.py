@@ -56,8 +56,8 @@ def test_the_cspd_preset_passes_every_check_where_tiny_continuous_is_offered(on_
     button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "preset-cspd")
     pressed = next(fn for fn in demo.fns.values() if (button._id, "click") in fn.targets)
     race = next(fn for fn in demo.fns.values() if fn.api_name == "race")
-    updates = pressed.fn()  # keyed by component, every output named
-    assert set(updates) == set(pressed.outputs) and len(updates) == len(preset_controls("cspd")) + 1  # + the tab
+    updates = pressed.fn(None, False)  # keyed by component, every output named; no race nor comparison going
+    assert set(updates) == set(pressed.outputs) and len(updates) == len(preset_controls("cspd")) + 2  # tab, summary
     pressed_values = {c._id: u["value"] for c, u in updates.items() if isinstance(u, dict) and "value" in u}
     page = SessionState(demo)  # the visitor's page after the press: the preset's model, its methods
     asyncio.run(demo.postprocess_data(pressed, updates, page))

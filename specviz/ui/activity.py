@@ -21,6 +21,19 @@ class RaceActivity:
 RACING = RaceActivity("racing")
 
 
+def starting(race: RaceActivity | None, comparing: bool | None) -> str:
+    """The race summary the moment Run or a preset is pressed, before the race holds the compute queue: a
+    race still being timed, or a comparison, holds it first, and the page would otherwise show nothing new
+    until it ends (a lecturer once waited 13 s on an unchanged page)."""
+    if race is not None and race.phase == "retiming":
+        return "*Starting the race once the previous race's timing ends (Stop ends it now)...*"
+    if race is not None:
+        return "*Starting the race once the previous race ends (Stop ends it now)...*"
+    if comparing:
+        return "*Starting the race once Compare's runs end (Stop ends them now)...*"
+    return "*Starting the race...*"
+
+
 def stopped(
     race: RaceActivity | None,
     comparing: bool | None,

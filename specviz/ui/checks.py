@@ -14,7 +14,7 @@ import gradio as gr
 
 from specviz.core.inputs import brief
 from specviz.trace import MAX_TRACE_BYTES
-from specviz.ui.compute import QUEUED_EVENT
+from specviz.ui.compute import PAGE, QUEUED_EVENT
 
 log = logging.getLogger("specviz.ui")
 
@@ -34,11 +34,13 @@ class CheckedBlocks(gr.Blocks):
 
     async def process_api(self, block_fn, inputs, state=None, request=None, iterator=None, session_hash=None,
                           event_id=None, *args, **kwargs):  # fmt: skip
-        """Gradio's, with the queue's event made known to the handler's thread (`Deadline`), and an endpoint
-        number that names no endpoint refused in one line (Gradio's own IndexError logged a stack trace)."""
+        """Gradio's, with the queue's event and the page made known to the handler's thread (`Deadline`), and
+        an endpoint number that names no endpoint refused in one line (Gradio's own IndexError logged a stack
+        trace)."""
         if isinstance(block_fn, int) and not 0 <= block_fn < len(self.fns):
             raise refusal("the app", f"it has no endpoint {block_fn}")
         QUEUED_EVENT.set((self, event_id) if event_id else None)
+        PAGE.set(session_hash)
         return await super().process_api(block_fn, inputs, state, request, iterator, session_hash, event_id,
                                          *args, **kwargs)  # fmt: skip
 

@@ -8,6 +8,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import math
 import os
 import threading
 import time
@@ -144,6 +145,10 @@ class OverBudget(InputError):
     """A request that reached its time budget, or whose visitor left: its work stops so the queue moves on."""
 
 
+class Superseded(OverBudget):
+    """A race whose page pressed Run or a preset again: the new race is what the page waits for."""
+
+
 def request_seconds() -> float:
     """How long one request may hold the compute queue: SPECVIZ_REQUEST_SECONDS, else 180 s on a Space, 1800 s
     on one's own machine."""
@@ -162,6 +167,22 @@ def request_memory(model: ImageModel) -> tuple[int, str]:
 
 # the queue's event a handler runs for (set by checks.CheckedBlocks.process_api; the handler's thread inherits it)
 QUEUED_EVENT: contextvars.ContextVar[tuple[gr.Blocks, str] | None] = contextvars.ContextVar("event", default=None)
+# the page (Gradio's session) a handler runs for, queued or not (set likewise)
+PAGE: contextvars.ContextVar[str | None] = contextvars.ContextVar("page", default=None)
+_race_presses: dict[str, float] = {}  # page -> when it last pressed Run or a preset
+REMEMBERED_PAGES = 10_000  # presses kept at most; the oldest go first
+
+
+def race_pressed() -> None:
+    """Run or a preset was pressed on this page: a race the page started before now stops at its next pass or
+    timing round (`Deadline(superseded_by_press=True)`), so the new race need not wait for an old one's clocks."""
+    page = PAGE.get()
+    if page is None:
+        return
+    _race_presses.pop(page, None)  # re-inserted last: the dict's order is the presses' order
+    _race_presses[page] = time.perf_counter()
+    while len(_race_presses) > REMEMBERED_PAGES:
+        del _race_presses[next(iter(_race_presses))]
 
 
 class Deadline:
@@ -171,14 +192,18 @@ class Deadline:
     leaves the running jobs). Without a queued event (a direct call, a ZeroGPU worker process) only the
     clock counts."""
 
-    def __init__(self, seconds: float | None = None):
+    def __init__(self, seconds: float | None = None, superseded_by_press: bool = False):
+        """`superseded_by_press`: a race, which a later press of Run or a preset on its page ends
+        (`race_pressed`)."""
         self.seconds = request_seconds() if seconds is None else seconds
-        self.end = time.perf_counter() + self.seconds
+        self.started = time.perf_counter()
+        self.end = self.started + self.seconds
         self._blocks, self._event = None, None
         current = QUEUED_EVENT.get()
         if current is not None:
             self._blocks, event_id = current
             self._event = next((e for e in self._running() if e._id == event_id), None)
+        self._page = PAGE.get() if superseded_by_press else None
 
     def _running(self) -> list:
         queue = getattr(self._blocks, "_queue", None)
@@ -188,11 +213,19 @@ class Deadline:
     def left(self) -> float:
         return self.end - time.perf_counter()
 
+    def superseded(self) -> bool:
+        """Whether the page pressed Run or a preset since this race began."""
+        return self._page is not None and _race_presses.get(self._page, -math.inf) > self.started
+
     def wanted(self) -> bool:
         """Whether the visitor still waits for this request (always, where no queued event is known)."""
+        if self.superseded():
+            return False
         return self._event is None or (self._event.alive and self._event in self._running())
 
     def check(self) -> None:
+        if self.superseded():
+            raise Superseded("the page started another race; this one stopped")
         if not self.wanted():
             raise OverBudget("the page that asked for this run closed or stopped it; its work stopped")
         if self.left < 0:

@@ -16,7 +16,7 @@ from specviz import viz
 from specviz.core.inputs import InputError, brief
 from specviz.core.timing import timings_wanted
 from specviz.models.registry import get_entry
-from specviz.ui import activity, compare, controls, inspection, race, replay
+from specviz.ui import activity, compare, compute, controls, inspection, race, replay
 from specviz.ui.checks import MAX_REQUEST_FILES, MAX_UPLOAD_BYTES, CheckedBlocks
 from specviz.ui.compute import on_compute_thread
 from specviz.ui.guard import RequestGuard
@@ -233,15 +233,22 @@ def wire(demo: gr.Blocks, page: Page) -> None:
     wire_scripts(demo, page)
 
 
-def own_run_shown() -> tuple[str, gr.Tabs]:
-    """Run's answer before its race: no preset's story, and the Race tab open, whichever tab was."""
-    return "", gr.Tabs(selected="race")
+def race_pressed(racing: activity.RaceActivity | None, comparing: bool | None) -> dict:
+    """The answer to any press of Run or a preset, before its race holds the compute queue: the Race tab open,
+    whichever tab was, a line saying the race starts (and what it waits for), and the page's previous race
+    ended (`compute.race_pressed`)."""
+    compute.race_pressed()
+    return {"tabs": gr.Tabs(selected="race"), "summary": activity.starting(racing, comparing)}
 
 
-def preset_shown(key: str) -> dict:
-    """A preset's answer before its race: the controls it sets (`controls.preset_controls`) and the Race tab
-    open, whichever tab was."""
-    return {**controls.preset_controls(key), "tabs": gr.Tabs(selected="race")}
+def own_run_shown(racing: activity.RaceActivity | None, comparing: bool | None) -> dict:
+    """Run's answer before its race: no preset's story."""
+    return {"preset_note": "", **race_pressed(racing, comparing)}
+
+
+def preset_shown(key: str, racing: activity.RaceActivity | None, comparing: bool | None) -> dict:
+    """A preset's answer before its race: the controls it sets (`controls.preset_controls`)."""
+    return {**controls.preset_controls(key), **race_pressed(racing, comparing)}
 
 
 def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs: Callable) -> list[Dependency]:
@@ -251,18 +258,21 @@ def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs
     racer, inputs, outputs, options = racing
     events = []
     own_race = racer()
+    # what a press answers at once, outside the compute queue: the race on screen (pressed from Inspect, it ran
+    # unseen), a line that it starts, and the page's previous race ended; then the race itself
+    now = [page.race_tab.activity, page.compare_tab.comparing]
+    pressed = {"tabs": page.tabs, "summary": page.race_tab.summary}
+    own_shown = Outputs({"preset_note": page.race_tab.preset_note}, pressed)
     for run_button in (page.side.run_button, page.presets.run):
-        events.append(run_button.click(own_race, inputs, outputs, **options))
-        # one's own run: no preset story, and the race on screen (pressed from Inspect, it ran unseen)
-        run_button.click(own_run_shown, None, [page.race_tab.preset_note, page.tabs], queue=False)
+        shown_now = run_button.click(own_shown.set_by(own_run_shown), now, own_shown.components, queue=False)
+        events.append(shown_now.then(own_race, inputs, outputs, **options))
     shown = Outputs(
-        page.side.preset_outputs(page.compare_tab.methods, page.race_tab.preset_note, page.race_tab.speed),
-        {"tabs": page.tabs},
+        page.side.preset_outputs(page.compare_tab.methods, page.race_tab.preset_note, page.race_tab.speed), pressed
     )
     set_by_preset = shown.set_by(preset_shown)
     for key, button in page.presets.buttons.items():
         preset = PRESET_BY_KEY[key]
-        raced = button.click(functools.partial(set_by_preset, key), None, shown.components).then(
+        raced = button.click(functools.partial(set_by_preset, key), now, shown.components, queue=False).then(
             racer(preset.opens_on), inputs, outputs, **options
         )
         events.append(raced)

@@ -24,6 +24,7 @@ from specviz.ui.compute import (
     OUT_OF_TIME,
     VIEWER_WORK,
     Deadline,
+    Superseded,
     each_on_compute_thread,
     on_compute_thread,
     request_memory,
@@ -412,24 +413,28 @@ RACE_STOPPED = "*The race stopped: the message above says why. Nothing of it was
 def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterator[dict[str, object]]:
     """The race as frames of output values keyed by name (plain values: inside a GPU call they cross
     processes); Inspect opens on the runs at `opening_iteration(trace, opens_on)`."""
-    chosen = get_model(request.model)
-    deadline = Deadline()  # the queue is held from here: the prefill, the race, its pauses and its timing
-    contest = on_compute_thread(
-        Race,
-        chosen,
-        request.method,
-        request.prompt,
-        request.seed,
-        request.sampling,
-        request.params(),
-        request_memory(chosen),
-    )
-    # the previous run's images, counters, summary and downloads go at once: they describe another run
+    # the previous run's images, counters, summary and downloads go at once, before the model is loaded or the
+    # compute thread is free: they describe another run, and the page must show that its press was taken
     yield {**CLEARED, "summary": racing(request.method), "activity": RACING, "downloads": None}
-    live = LiveRace(chosen, contest)
+    # the queue is held from here: the prefill, the race, its pauses and its timing; a new press on the page ends it
+    deadline = Deadline(superseded_by_press=True)
     try:
+        chosen = get_model(request.model)
+        contest = on_compute_thread(
+            Race,
+            chosen,
+            request.method,
+            request.prompt,
+            request.seed,
+            request.sampling,
+            request.params(),
+            request_memory(chosen),
+        )
+        live = LiveRace(chosen, contest)
         yield from live.frames(deadline, slow)
         trace, ar = contest.traces()
+    except Superseded:  # the page's new race clears the screen as it starts
+        return
     except Exception:  # the page shows the error's message; the summary must not go on saying it races
         yield {"summary": RACE_STOPPED, "activity": None}
         raise
