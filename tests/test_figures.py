@@ -366,3 +366,17 @@ def test_app_export_offers_the_same_figures(tmp_path):
         assert sorted(bundle.namelist()) == sorted(f"{name}.{kind}" for name in figures for kind in FORMATS)
         comparison = bundle.read("comparison.svg").decode()
     assert "methods against AR" in comparison and "#111111" in comparison  # dark mode: the dark style
+
+
+def test_the_rejected_label_sits_clear_of_the_bars_after_the_rejection():
+    """SJD++ re-checks the drafts after a rejection, so they have bars: the label goes where bars end below
+    it, the nearest such place (it once covered two tall bars); with no such place it keeps its old spot."""
+    from specviz.viz.figures import BAR_HALF_WIDTH, LABEL_HEIGHT, _label_place
+
+    ratios = [1.0] * 9 + [0.99, 0.3, 0.4, 0.2, 0.0, 0.0, 1.0]  # rejected at 9; low re-checked bars after it
+    place = _label_place(9, ratios, 16, reach=0.6)
+    covered = [k for k in range(16) if abs(place - k) < 0.6 + BAR_HALF_WIDTH]
+    assert abs(place - 9) >= 2 and covered and all(ratios[k] < LABEL_HEIGHT for k in covered), (place, covered)
+    assert _label_place(0, [0.0] * 16, 16, reach=0.6) == 2  # SJD: nothing after the rejection, the label near it
+    assert _label_place(3, [1.0] * 16, 16, reach=0.6) == 5.5  # nowhere clear: beside it, away from the nearer end
+    assert _label_place(13, [1.0] * 16, 16, reach=0.6) == 10.5

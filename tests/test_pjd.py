@@ -305,3 +305,10 @@ def test_inspect_says_a_pjd_pass_row_by_row_and_opens_on_the_most_rows_in_flight
     said = iteration_sentence(trace, j)
     assert f"verified {len(opened.windows)} rows' windows at once" in said and "ZipAR" not in said
     assert all(f"row {window.row}: {window.accepted} of {len(window.drafts)}" in said for window in opened.windows)
+    for k, it in enumerate(trace.iterations):  # every row's rejection is named, the lower rows' too
+        for window in it.windows or ():
+            if "rejected" in window.fate:
+                at = window.fate.index("rejected")
+                ordinal = {1: "1st", 2: "2nd", 3: "3rd"}.get(at + 1, f"{at + 1}th")
+                accepted = f"{window.accepted} of {len(window.drafts)} drafts accepted"
+                assert f"row {window.row}: {accepted}, the {ordinal} rejected" in iteration_sentence(trace, k)

@@ -252,7 +252,8 @@ def window_figure(trace: Trace, j: int, dark: bool = False, large: bool = False,
     width = max(window_size(trace), _widest_rows_pass(trace))
     _draw_ratios(fig, ratios, fates, hover, palette, bars)
     if drafted and it.rejected_at is not None:
-        _mark_rejection(fig, it.rejected_at, width, dark, palette, bars)
+        reach = 1.2 if wide else 0.9 if large else 0.6
+        _mark_rejection(fig, it.rejected_at, ratios, width, dark, palette, bars, reach)
     rows_drawn = trace.kind == "rows" and not fates  # ZipAR: tokens drawn, nothing verified
     _add_state_keys(fig, ["committed", "pending"] if rows_drawn else legend_states(set(fates)), palette)
     _window_axes(fig, trace.geometry, width, wide, bars)
@@ -378,8 +379,38 @@ def _draw_ratios(fig: go.Figure, ratios: list, fates: list[str], hover: list[str
         )
 
 
-def _mark_rejection(fig: go.Figure, rejected_at: int, width: int, dark: bool, palette: dict, bars: dict) -> None:
-    """The rejected draft crossed out and labelled: its ratio is often about 0, no bar at all."""
+LABEL_HEIGHT = 0.6  # where the "rejected" label sits on the ratio axis
+BAR_HALF_WIDTH = 0.4  # plotly's bars fill 0.8 of an offset
+
+
+def _label_place(rejected_at: int, ratios: list[float], width: int, reach: float) -> float:
+    """Where the "rejected" label goes along the bars (`reach`: its half-width in offsets): the nearest place
+    at least 2 offsets from the rejected draft whose bars end below the label (drafts after a rejection have
+    bars where SJD++ re-checks them), the side away from the nearer end first; where no such place exists,
+    that side's first place."""
+    width = max(width, 1)
+    lean = 1 if rejected_at < width / 2 else -1
+    places = [rejected_at + side * lean * (2 + step / 2) for step in range(2 * width) for side in (1, -1)]
+    places = [x for x in places if reach - 0.5 <= x <= width - 0.5 - reach]
+
+    def clear(x: float) -> bool:
+        return all(ratio < LABEL_HEIGHT - 0.12 for k, ratio in enumerate(ratios) if abs(x - k) < reach + BAR_HALF_WIDTH)
+
+    return next((x for x in places if clear(x)), rejected_at + 2.5 * lean)
+
+
+def _mark_rejection(
+    fig: go.Figure,
+    rejected_at: int,
+    ratios: list[float],
+    width: int,
+    dark: bool,
+    palette: dict,
+    bars: dict,
+    reach: float,
+) -> None:
+    """The rejected draft crossed out and labelled: its ratio is often about 0, no bar at all. `reach`: the
+    label's half-width in offsets (wider where the bars' panel is narrow or the type large)."""
     fig.add_trace(
         go.Scatter(
             x=[rejected_at],
@@ -392,14 +423,12 @@ def _mark_rejection(fig: go.Figure, rejected_at: int, width: int, dark: bool, pa
         ),
         **bars,
     )
-    # the label leans away from the nearer end, clear of the ratio axis's tick labels
-    lean = 2.5 if rejected_at < max(width, 1) / 2 else -2.5
     fig.add_annotation(
         text="rejected",
         x=rejected_at,
         y=0,
-        ax=rejected_at + lean,
-        ay=0.6,
+        ax=_label_place(rejected_at, list(ratios), width, reach),
+        ay=LABEL_HEIGHT,
         xref="x2",
         yref="y2",
         axref="x2",

@@ -144,6 +144,9 @@ def _row_windows_sentence(it: RowsRecord) -> str:
             if drafts
             else f"row {window.row}: no draft yet"
         )
+        if "rejected" in window.fate:
+            at = window.fate.index("rejected")
+            said += f", the {_ordinal(at + 1)} rejected (ratio {_number(window.ratio[at])})"
         extra = window.committed - window.accepted
         if extra:
             said += f", then {extra} token drawn by the model"
