@@ -78,8 +78,9 @@ class ReleaseShape:
     unconditional_tokens: int
     paper: list[PaperFigure] = field(default_factory=list)
 
-    def scaled(self, scale: float) -> ReleaseShape:
-        """The same family cut down: widths divided by 1/scale (heads kept whole), two layers, 4x4 grid."""
+    def scaled(self, scale: float, keep_grid: bool = False) -> ReleaseShape:
+        """The same family cut down: widths divided by 1/scale (heads kept whole), two layers, a 4x4 grid
+        (`keep_grid`: the release's, for counting a schedule's passes on it)."""
         if scale >= 1:
             return self
         width = {"hidden_size", "intermediate_size", "dim"}
@@ -96,7 +97,8 @@ class ReleaseShape:
         codes = max(64, int(self.image_codes * scale))
         if "vocab_size" in decoder and self.family == "llamagen":
             decoder["vocab_size"] = codes
-        return ReleaseShape(self.name, self.family, decoder, codes, 4, 4, self.row_end, self.prompt_tokens,
+        rows, cols = (self.rows, self.cols) if keep_grid else (4, 4)
+        return ReleaseShape(self.name, self.family, decoder, codes, rows, cols, self.row_end, self.prompt_tokens,
                             self.unconditional_tokens, self.paper)  # fmt: skip
 
 
