@@ -155,7 +155,10 @@ def _pressed(demo, button: gr.Button) -> list:
     shown = []
     for fn in demo.fns.values():
         if (button._id, "click") in fn.targets and tabs in fn.outputs:
-            values = fn.fn(None, False)  # no race nor comparison going: they answer at once, outside the queue
+            if len(fn.inputs) > 2:  # Run: its settings too, checked before the race is queued
+                values = fn.fn({component: component.value for component in fn.inputs})
+            else:  # a preset: the race's activity and Compare's, none going
+                values = fn.fn(None, False)
             assert fn.queue is False, f"{button.elem_id}'s first answer waits in the queue"
             summary = next(c for c in fn.outputs if getattr(c, "elem_id", None) == "race-summary")
             assert values[summary] == "*Starting the race...*", f"{button.elem_id}: {values[summary]}"
@@ -173,3 +176,17 @@ def test_run_and_every_preset_show_the_race_tab(demo):
     for button in runs + presets:
         shown = _pressed(demo, button)
         assert [getattr(tab, "selected", None) for tab in shown] == ["race"], f"{button.elem_id}: {shown}"
+
+
+def test_run_refused_is_said_at_once_and_races_nothing(demo):
+    """Run with settings the race would refuse (an empty prompt) says why at the press, outside the queue,
+    and no race follows (`.success`): before, the race was queued, and on a busy page the summary said it
+    started while the refusal waited its turn."""
+    button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "run-button")
+    press = next(fn for fn in demo.fns.values() if (button._id, "click") in fn.targets)
+    prompt = next(c for c in press.inputs if isinstance(c, gr.Textbox) and c.label == "Prompt")
+    data = {component: component.value for component in press.inputs} | {prompt: "   "}
+    with pytest.raises(gr.Error, match="prompt"):
+        press.fn(data)
+    race = next(fn for fn in demo.fns.values() if fn.trigger_after == press._id)
+    assert race.trigger_only_on_success and race.name == "race"

@@ -259,7 +259,7 @@ def test_a_new_press_ends_the_pages_race_and_says_so_at_once(server):
     dependencies = raw.config["dependencies"]
     press = next(d for d in dependencies if d["api_name"] == "own_run_shown")
     race = next(d for d in dependencies if d["api_name"] == "race")
-    assert press["id"] != race["id"] and len(press["inputs"]) == 2  # the race's activity and Compare's
+    assert race["trigger_after"] == press["id"] and race["trigger_only_on_success"]  # the press checks, then races
     body = {"data": [*RACE, "slow"], "fn_index": race["id"], "session_hash": raw.session, "event_data": None}
     joined = httpx.post(f"{raw.api}/queue/join", json=body)
     assert joined.status_code == 200, joined.text[:300]
@@ -273,7 +273,9 @@ def test_a_new_press_ends_the_pages_race_and_says_so_at_once(server):
                 break
         time.sleep(1.5)  # a few slow-motion passes
         pressed = time.perf_counter()
-        body = {"data": [None, None], "fn_index": press["id"], "session_hash": raw.session, "event_data": None}
+        components = {c["id"]: c for c in raw.config["components"]}
+        values = [components[i].get("props", {}).get("value") for i in press["inputs"]]  # the page's defaults
+        body = {"data": values, "fn_index": press["id"], "session_hash": raw.session, "event_data": None}
         assert httpx.post(f"{raw.api}/queue/join", json=body).status_code == 200
         said = None
         for line in lines:

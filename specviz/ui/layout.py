@@ -19,8 +19,9 @@ from specviz.models.registry import get_entry
 from specviz.ui import activity, compare, compute, controls, inspection, race, replay
 from specviz.ui.checks import MAX_REQUEST_FILES, MAX_UPLOAD_BYTES, CheckedBlocks
 from specviz.ui.compute import on_compute_thread
+from specviz.ui.errors import user_errors
 from specviz.ui.guard import RequestGuard
-from specviz.ui.loading import default_model, load_at_startup, offered_models
+from specviz.ui.loading import default_model, get_model, load_at_startup, offered_models
 from specviz.ui.outputs import Outputs
 from specviz.ui.pictures import write_each_picture_once
 from specviz.ui.presets import PRESET_BY_KEY, PRESETS, Preset
@@ -241,9 +242,16 @@ def race_pressed(racing: activity.RaceActivity | None, comparing: bool | None) -
     return {"tabs": gr.Tabs(selected="race"), "summary": activity.starting(racing, comparing)}
 
 
-def own_run_shown(racing: activity.RaceActivity | None, comparing: bool | None) -> dict:
-    """Run's answer before its race: no preset's story."""
-    return {"preset_note": "", **race_pressed(racing, comparing)}
+def own_run_checked(side: controls.Controls, race_tab: race.RaceTab, comparing: gr.State) -> Callable[[dict], dict]:
+    """Run's answer before its race: its settings checked (a refusal is the press's message, and no race
+    follows it), no preset's story."""
+
+    def own_run_shown(data: dict) -> dict:
+        request = side.request(data)
+        request.check(get_model(request.model))
+        return {"preset_note": "", **race_pressed(data[race_tab.activity], data[comparing])}
+
+    return own_run_shown
 
 
 def preset_shown(key: str, racing: activity.RaceActivity | None, comparing: bool | None) -> dict:
@@ -263,9 +271,10 @@ def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs
     now = [page.race_tab.activity, page.compare_tab.comparing]
     pressed = {"tabs": page.tabs, "summary": page.race_tab.summary}
     own_shown = Outputs({"preset_note": page.race_tab.preset_note}, pressed)
+    checked = user_errors(own_shown.set_by(own_run_checked(page.side, page.race_tab, page.compare_tab.comparing)))
     for run_button in (page.side.run_button, page.presets.run):
-        shown_now = run_button.click(own_shown.set_by(own_run_shown), now, own_shown.components, queue=False)
-        events.append(shown_now.then(own_race, inputs, outputs, **options))
+        shown_now = run_button.click(checked, inputs | set(now), own_shown.components, queue=False)
+        events.append(shown_now.success(own_race, inputs, outputs, **options))
     shown = Outputs(
         page.side.preset_outputs(page.compare_tab.methods, page.race_tab.preset_note, page.race_tab.speed), pressed
     )
