@@ -91,7 +91,7 @@ def test_the_reduced_report_measures_release_shapes_cut_down_on_both_paths(repor
     for path in ("fast", "plain"):
         lumina = shapes["lumina-mgpt-7b", path]
         rows = {row["method"]: row for row in lumina["methods"]}
-        assert set(rows) == {"ar", "sjd", "scd-mc", "eagle2", "peanut", "sjd-pac"}
+        assert set(rows) == {"ar", "sjd", "scd-mc", "eagle2", "peanut", "sjd-pac", "pjd"}
         assert rows["ar"]["width"] == 1 < rows["sjd"]["width"] < rows["eagle2"]["width"]
         assert all(row["reads_per_pass"] == 0 and 0 <= row["outside_forward"] < 1 for row in rows.values())
         sjd = next(row for row in lumina["predicted"] if row["method"] == "sjd")
