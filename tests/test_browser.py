@@ -193,8 +193,9 @@ def test_stop_in_slow_motion_says_stopped_and_how_far(server, browser):
     while time.perf_counter() - stopped < 20 and not _text(browser, "race-summary").startswith("Stopped"):
         time.sleep(0.05)
     summary = _text(browser, "race-summary")
-    assert summary.startswith("Stopped before the end") and "/256 tokens" in summary
-    assert int(re.search(r"NFE (\d+)", summary).group(1)) < 20  # slow motion: a few passes, not the whole run
+    assert summary.startswith("Stopped before the end: the counters under the pictures say how far"), summary
+    counted = _text(browser, "method-counter")  # slow motion: a few passes, not the whole run
+    assert "/256 tokens" in counted and int(re.search(r"NFE (\d+)", counted).group(1)) < 20, counted
     assert fate_pixels > 500, f"the race should outline the window's cells on the method's picture ({fate_pixels} px)"
 
 
@@ -426,7 +427,7 @@ def test_a_projector_screen_runs_and_stops_ones_own_settings_from_the_presets_ro
     while time.perf_counter() - stopped < 20 and not _text(browser, "race-summary").startswith("Stopped"):
         time.sleep(0.05)
     summary = _text(browser, "race-summary")
-    assert summary.startswith("Stopped before the end") and "sjd" in summary, summary
+    assert summary.startswith("Stopped before the end") and "sjd" in _text(browser, "method-counter"), summary
 
 
 def test_inspect_on_a_projector_shows_the_window_and_image_first_and_answers_a_step_at_once(server, browser, untimed):

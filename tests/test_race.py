@@ -291,3 +291,25 @@ def test_a_race_shows_it_started_before_the_compute_thread_is_free():
     assert answered_while_busy, "the page saw nothing until the compute thread was free"
     assert first[0]["summary"].startswith("*Racing sjd") and first[0]["method_image"] is None
     frames.close()
+
+
+def test_slow_motion_shows_ar_moving_after_the_method_is_done(monkeypatch):
+    """In slow motion the method's passes are each held on screen; AR's passes show at the live pace, so once
+    the method is done AR's picture keeps moving to its end (it jumped from 96 to 256 tokens unseen)."""
+    from specviz.core.settings import SamplingSettings
+    from specviz.ui import race as race_tab
+    from specviz.ui.controls import RunRequest, own_parameters
+
+    monkeypatch.setattr(race_tab, "SLOW_MOTION_PAUSE", 0.0)
+    monkeypatch.setattr(race_tab, "FRAME_INTERVAL", 0.0)
+    monkeypatch.setattr(race_tab, "needs_retiming", lambda model: False)
+    controls = {**own_parameters("sjd"), "window": 16, "init": "repeat-above"}
+    request = RunRequest("tiny", "sjd", "blue square", 0, SamplingSettings(), controls)
+    method_done, ar_after = False, []
+    for frame in race_tab.race_frames(request, slow=True, opens_on=None):
+        if "runs" in frame:  # the finished race
+            break
+        if method_done and frame.get("ar_counter"):  # frames after the method's last
+            ar_after.append(int(re.search(r"(\d+)/256 tokens", frame["ar_counter"]).group(1)))
+        method_done = method_done or "256/256 tokens" in (frame.get("method_counter") or "")
+    assert method_done and len([n for n in ar_after if n < 256]) >= 10, ar_after  # one frame a pass here

@@ -21,6 +21,9 @@ class RaceActivity:
 RACING = RaceActivity("racing")
 
 
+STARTING = "*Starting the race...*"
+
+
 def starting(race: RaceActivity | None, comparing: bool | None) -> str:
     """The race summary the moment Run or a preset is pressed, before the race holds the compute queue: a
     race still being timed, or a comparison, holds it first, and the page would otherwise show nothing new
@@ -31,19 +34,14 @@ def starting(race: RaceActivity | None, comparing: bool | None) -> str:
         return "*Starting the race once the previous race ends (Stop ends it now)...*"
     if comparing:
         return "*Starting the race once Compare's runs end (Stop ends them now)...*"
-    return "*Starting the race...*"
+    return STARTING
 
 
-def stopped(
-    race: RaceActivity | None,
-    comparing: bool | None,
-    summary: str | None,
-    method_counter: str | None,
-    ar_counter: str | None,
-) -> dict:
-    """What Stop leaves in the race summary and in Compare's note, where one was running (the race's
-    counters as they stood; Compare's rows so far), and both activities cleared, by name (`summary`,
-    `compare_note`, `race_activity`, `comparing`). A text never set arrives as None."""
+def stopped(race: RaceActivity | None, comparing: bool | None, summary: str | None) -> dict:
+    """What Stop leaves in the race summary and in Compare's note, where one was running, and both activities
+    cleared, by name (`summary`, `compare_note`, `race_activity`, `comparing`). A text never set arrives as
+    None. The race's counters are not quoted: a pass already under way when Stop was pressed still reaches
+    them (a walk under load found the summary one pass behind the counters beside it)."""
     race_note = compare_note = gr.update()
     if race is not None and race.phase == "retiming":  # both runs had finished; only their clocks were pending
         result = (summary or "").partition("\n\n")[2]  # the summary below its "timing again" line
@@ -54,8 +52,8 @@ def stopped(
         )
     elif race is not None:
         race_note = (
-            f"**Stopped** before the end. How far it got: {method_counter or 'nothing yet'}; "
-            f"{ar_counter or 'nothing yet'}. Inspect still shows the previous run, if any."
+            "**Stopped** before the end: the counters under the pictures say how far each side got. Inspect "
+            "still shows the previous run, if any."
         )
     if comparing:
         compare_note = "**Stopped**: the table shows the runs that had finished, with their first, untimed clocks."

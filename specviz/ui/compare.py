@@ -48,7 +48,11 @@ def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]
     in the race's verdict (`viz.run_verdict`) with its spread over the undisturbed timings where the runs had
     them."""
     same = viz.ratio_text(1.0)
-    table = [[BASELINE, params_text(ar.params), "yes", ar.nfe, "-", same, round(ar.seconds, 3), same]]
+    # seconds on the verdicts' clock (every row timed alike: the first row's tells); see `compare_caption`
+    clock = metrics.verdict_clock(traces[0], ar) if traces else "wall"
+    table = [
+        [BASELINE, params_text(ar.params), "yes", ar.nfe, "-", same, round(metrics.clock_seconds(ar, clock), 3), same]
+    ]
     rows = []
     for trace in traces:
         facts = metrics.summary(trace, ar)
@@ -70,7 +74,7 @@ def compare_rows(ar: Trace, traces: list[Trace]) -> tuple[list[list], list[dict]
                 trace.nfe,
                 _changed_text(trace),
                 viz.ratio_text(facts["step_compression"]),
-                round(trace.seconds, 3),
+                round(metrics.clock_seconds(trace, clock), 3),
                 verdict.cell,
             ]
         )
@@ -83,10 +87,10 @@ def compare_caption(ar: Trace) -> str:
     if not ar.timings:
         how = "clocks of the runs themselves"
     else:
-        clock = viz.COMPUTE_CLOCK if ar.compute_timings else "the wall clock"
+        clock = f"their {viz.COMPUTE_CLOCK}" if ar.compute_timings else "the wall clock"
         how = (
-            f"seconds: the median of {len(ar.timings)} runs of each with nothing drawing, all runs in turns, as "
-            f"the race times its two; latency from their {clock}"
+            f"seconds and latency: from {len(ar.timings)} runs of each with nothing drawing, all runs in turns, "
+            f"as the race times its two (seconds their median), on {clock}"
         )
     return (
         f"**{ar.model}** · prompt {ar.prompt!r} · seed {ar.seed} · sampling: {sampling_text(sampling)} "

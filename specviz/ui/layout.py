@@ -301,10 +301,10 @@ def wire_stop(page: Page, cancels: list[Dependency]) -> None:
     )  # fmt: skip
 
     def stop(*now) -> dict:
-        """Cancel a race or a comparison and say so, with how far it got; stop playing back."""
+        """Cancel a race or a comparison and say so; stop playing back."""
         return outputs.of({**activity.stopped(*now), "timer": gr.Timer(active=False)})
 
-    now = [race_tab.activity, compare_tab.comparing, race_tab.summary, race_tab.method_counter, race_tab.ar_counter]
+    now = [race_tab.activity, compare_tab.comparing, race_tab.summary]
     for stop_button in (page.side.stop_button, page.presets.stop):
         stop_button.click(stop, now, outputs.components, cancels=cancels)
 

@@ -19,7 +19,7 @@ from specviz.decoding import RunStream
 from specviz.measure.race import Race, needs_retiming, retimed
 from specviz.models.protocol import ImageModel, decode_in_order
 from specviz.trace import Trace
-from specviz.ui.activity import RACING, RaceActivity
+from specviz.ui.activity import RACING, STARTING, RaceActivity
 from specviz.ui.compute import (
     OUT_OF_TIME,
     VIEWER_WORK,
@@ -45,6 +45,10 @@ PLAY_AGAIN_SECONDS = 120  # the longest a playback of a trace may last (a long o
 SPEEDS = [("race live", "live"), ("slow motion: a pause on every pass (the clocks count compute only)", "slow")]
 
 
+COMPUTE_WORDS = " of compute"  # after a number of seconds on the compute clock
+SECONDS_TITLE = {"wall": "seconds", "compute": "seconds of compute (CPU time of each run's own work)"}
+
+
 def counter(method: str, nfe: int, tokens: int, total: int, seconds: float) -> str:
     return f"**{method}** · NFE {nfe} · {tokens}/{total} tokens · {seconds:.2f} s"
 
@@ -61,9 +65,12 @@ def live_counter(stream: RunStream) -> str:
     return counter(stream.method, passes(stream), len(stream.tokens), total, stream.elapsed)
 
 
-def final_counter(trace: Trace) -> str:
+def final_counter(trace: Trace, clock: str = "wall") -> str:
+    """A finished run's counter, its seconds on `clock` (the verdict's: `metrics.verdict_clock`)."""
     nfe = metrics.summary(trace)["nfe"]
-    return counter(trace.method, nfe, len(trace.tokens), len(trace.geometry.layout), trace.seconds)
+    seconds = metrics.clock_seconds(trace, clock)
+    said = counter(trace.method, nfe, len(trace.tokens), len(trace.geometry.layout), seconds)
+    return said + COMPUTE_WORDS if clock == "compute" else said
 
 
 def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: int = 0) -> str:
@@ -123,10 +130,12 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
             f"*Timing both runs again with nothing drawing: {rounds} of up to {timing} done: the clocks below are "
             "provisional.*\n\n"
         )
+    clock = metrics.verdict_clock(trace, ar)
+    unit = "s" + (COMPUTE_WORDS if clock == "compute" else "")
     return (
         f"{pending}{headline}\n"
-        f"{trace.method} ({lossless}): {facts['nfe']} passes{tau}, {trace.seconds:.2f} s · "
-        f"AR: {ar.nfe} passes, {ar.seconds:.2f} s · same prompt, seed and sampling; {how}."
+        f"{trace.method} ({lossless}): {facts['nfe']} passes{tau}, {metrics.clock_seconds(trace, clock):.2f} {unit} · "
+        f"AR: {ar.nfe} passes, {metrics.clock_seconds(ar, clock):.2f} {unit} · same prompt, seed and sampling; {how}."
     )
 
 
@@ -143,16 +152,16 @@ def racing(method: str) -> str:
     return f"*Racing {method} against AR...*"
 
 
-def race_bars(sides: list[tuple[str, int, float]], total: int, dark: bool = False) -> str:
+def race_bars(sides: list[tuple[str, int, float]], total: int, dark: bool = False, clock: str = "wall") -> str:
     """The race's NFE and clocks as bars that grow (HTML): passes on a fixed scale of `total` (AR's
     passes for the whole image), seconds on the scale of the longer clock so far; method then AR, in
-    the colours of Inspect's race figure."""
+    the colours of Inspect's race figure. `clock`: "compute" titles the seconds as compute time."""
     palette = viz.colors(dark)
     longest = max((seconds for _, _, seconds in sides), default=0.0) or 1.0
     rows = []
     for measure, value_of, scale, text in (
         ("model passes (NFE)", lambda nfe, seconds: nfe, total, lambda nfe, seconds: f"{nfe}"),
-        ("seconds", lambda nfe, seconds: seconds, longest, lambda nfe, seconds: f"{seconds:.2f} s"),
+        (SECONDS_TITLE[clock], lambda nfe, seconds: seconds, longest, lambda nfe, seconds: f"{seconds:.2f} s"),
     ):
         rows.append(f'<div class="race-bars-title">{measure}</div>')
         for index, (method, nfe, seconds) in enumerate(sides):
@@ -334,7 +343,8 @@ def play_frames(runs: dict, slow: bool, animate: bool = True) -> Iterator[dict[s
     final = {key: value for name in sides for key, value in view(name).items()}
     if model is not None:
         final.update({f"{name}_image": final_picture(model, run) for name, run in sides.items()})
-    final.update({f"{name}_counter": final_counter(run) for name, run in sides.items()})
+    clock = "wall" if ar is None else metrics.verdict_clock(trace, ar)
+    final.update({f"{name}_counter": final_counter(run, clock) for name, run in sides.items()})
     if ar is not None:
         summary = race_summary(trace, ar)
     else:
@@ -364,7 +374,7 @@ class LiveRace:
         self._shown: dict[RunStream, int] = {}  # the tokens each side had at its last frame
 
     def frames(self, deadline: Deadline, slow: bool) -> Iterator[dict[str, object]]:
-        """The race stepped to its end: a frame every FRAME_INTERVAL at most, or in slow motion after every
+        """The race stepped to its end: a frame every FRAME_INTERVAL at most, and in slow motion after every
         pass of the method, held for SLOW_MOTION_PAUSE."""
         last = 0.0
         while True:
@@ -372,7 +382,9 @@ class LiveRace:
             if (advanced := on_compute_thread(self.contest.step)) is None:
                 return
             paced = slow and advanced is self.contest.contender  # slow motion: every pass of the method, for a while
-            if paced or (not slow and time.perf_counter() - last > FRAME_INTERVAL):
+            # AR's passes show at the live pace in slow motion too: once the method is done, AR ran on unseen
+            # to its end (a walk saw it jump from 96 to 256 tokens)
+            if paced or time.perf_counter() - last > FRAME_INTERVAL:
                 last = time.perf_counter()
                 frame = self.moved()
                 if frame:  # an empty frame (nothing moved) is not an update Gradio accepts
@@ -402,12 +414,18 @@ class LiveRace:
         return race_bars([(s.method, passes(s), s.elapsed) for s in streams], self.total)
 
 
-def finished_bars(total: int, *done: Trace) -> str:
-    """The bars of finished runs, passes on the scale of `total`."""
-    return race_bars([(t.method, metrics.summary(t)["nfe"], t.seconds) for t in done], total)
+def finished_bars(total: int, trace: Trace, ar: Trace) -> str:
+    """The bars of a finished run and its AR run, passes on the scale of `total`, seconds on the clock of
+    their verdict."""
+    clock = metrics.verdict_clock(trace, ar)
+    sides = [(t.method, metrics.summary(t)["nfe"], metrics.clock_seconds(t, clock)) for t in (trace, ar)]
+    return race_bars(sides, total, clock=clock)
 
 
 RACE_STOPPED = "*The race stopped: the message above says why. Nothing of it was kept.*"
+# a race's last frame where the page pressed for another: Gradio shows an event's last frame once more as it ends,
+# which would put this race's summary back over the press's line until the new race's first frame
+SUPERSEDED = {"summary": STARTING, "activity": None}
 
 
 def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterator[dict[str, object]]:
@@ -434,6 +452,7 @@ def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterat
         yield from live.frames(deadline, slow)
         trace, ar = contest.traces()
     except Superseded:  # the page's new race clears the screen as it starts
+        yield SUPERSEDED
         return
     except Exception:  # the page shows the error's message; the summary must not go on saying it races
         yield {"summary": RACE_STOPPED, "activity": None}
@@ -471,6 +490,9 @@ def retiming_frames(
     # the repeats give way to Inspect after every pass, and a round it drew during is timed again
     rounds = retimed(model, [trace, ar], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
     for timed in each_on_compute_thread(rounds):
+        if deadline.superseded():  # the page pressed for another race, which waits for this one to end
+            yield SUPERSEDED
+            return
         if not deadline.wanted():  # the visitor left: nobody reads the clocks
             return
         if deadline.left < 0:  # the request's time is up: the clocks of the rounds done stand
@@ -484,8 +506,8 @@ def retiming_frames(
         trace, ar = timed.traces
         note = disturbed_note(timed.disturbed)
         yield {
-            "method_counter": final_counter(trace),
-            "ar_counter": final_counter(ar),
+            "method_counter": final_counter(trace, metrics.verdict_clock(trace, ar)),
+            "ar_counter": final_counter(ar, metrics.verdict_clock(trace, ar)),
             "summary": race_summary(trace, ar, drawing_shared=True, timing=wanted) + note,
             "bars": finished_bars(total, trace, ar),
             "activity": RaceActivity("retiming", timed.done),
@@ -529,6 +551,9 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
     options = {
         "concurrency_limit": 1,
         "concurrency_id": "gpu",
+        # pressed again while its race runs (the same preset, Run twice), the press ends that race and the
+        # page runs the new one after it (Gradio's default, "once", dropped the new one: nothing restarted)
+        "trigger_mode": "always_last",
         "show_progress": "hidden",  # the images and counters are the progress; a spinner only costs CPU
     }
     return racer, inputs, outputs.components, options

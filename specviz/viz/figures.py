@@ -17,11 +17,13 @@ from specviz.metrics import (
     MAP_KINDS,
     GridState,
     acceptance_maps,
+    clock_seconds,
     draft_alone,
     grid_state,
     has_trees,
     per_iteration,
     summary,
+    verdict_clock,
     window_size,
 )
 from specviz.trace import (
@@ -615,7 +617,11 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     numbers = summary(trace, ar)
     palette = colors(dark)
     # large type: titles short enough for half a half-width plot each, or they run into each other
-    titles = ("passes (NFE)", "seconds") if large else ("model passes (NFE)", "latency (seconds)")
+    clock = verdict_clock(trace, ar)  # the seconds its verdict compared (a busy machine's wall clock differs)
+    compute = clock == "compute"
+    titles = ("passes (NFE)", "compute s" if compute else "seconds")
+    if not large:
+        titles = ("model passes (NFE)", "compute time (seconds)" if compute else "latency (seconds)")
     alone = draft_alone(trace)  # its passes are the draft's: one bar, not the target's prefill beside them
     with_draft = trace.draft_nfe is not None and trace.method != ar.method and not alone
     # three bars of passes (AR, the method, its draft) get the wider panel, their labels level
@@ -628,7 +634,11 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     # seconds to 3 figures ("35 s", "4.98 s"; in large type without the unit, which the panel's title gives):
     # a longer label runs into the axis beside a narrow bar
     seconds = "{:.3g}" if large else "{:.3g} s"
-    for col, (value, text) in enumerate([(passes, "{:d}"), (lambda t: t.seconds, seconds)], start=1):
+
+    def seconds_of(run: Trace) -> float:
+        return clock_seconds(run, clock)
+
+    for col, (value, text) in enumerate([(passes, "{:d}"), (seconds_of, seconds)], start=1):
         for run, color in ((ar, palette["committed"]), (trace, palette["accepted"])):
             fig.add_trace(
                 go.Bar(
@@ -661,7 +671,7 @@ def race_figure(trace: Trace, ar: Trace, dark: bool = False, large: bool = False
     fig.update_yaxes(showticklabels=not large, showgrid=not large)
     # the legend below the plots leaves both panels their width, so their titles stay apart
     fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0.5, "xanchor": "center"})
-    for col, value in enumerate((passes, lambda t: t.seconds), start=1):
+    for col, value in enumerate((passes, seconds_of), start=1):
         top = 1.2 * max(value(trace), value(ar), trace.draft_nfe or 0 if col == 1 else 0) or 1.0  # room for labels
         fig.update_yaxes(range=[0, top], row=1, col=col)
     # the race summary's verdict and interval, word for word (the camera button saves this figure); "vs ar" left
