@@ -435,3 +435,32 @@ def test_a_tree_with_a_long_chain_opens_on_its_branching(tiny):
     figure = tree_figure(trace, j)
     assert tuple(figure.layout.xaxis.range) == (-0.5, 12.9)
     assert f"depths 0-12 of {max(trace.iterations[j].tree.depths)} shown" in figure.layout.title.text
+
+
+def test_a_tall_tree_opens_on_the_leaves_around_its_accepted_path(tiny):
+    """PEANUT's preset pass has 43 leaves: the figure opened on its first, refused branches and the accepted
+    path was a page further down. It now opens, at a legible 30 px a leaf, on the leaves around the path and
+    the token drawn after it, and says how to reach the rest."""
+    from specviz.viz.trees import SLOT_PIXELS, TALL_TREE_HEIGHT, TREE_MARGINS
+
+    trace = run(tiny, "peanut", "red apple", 0, params={"drafter": "head"})
+    panned = 0
+    for j, it in enumerate(trace.iterations):
+        if it.kind != "tree" or it.tree is None:
+            continue
+        figure = tree_figure(trace, j)
+        bottom, top = figure.layout.yaxis.range
+        if "drag up or down" not in figure.layout.title.text:  # all its leaves fit
+            assert top == -1  # from the first leaf
+            continue
+        panned += 1
+        path = next((t for t in figure.data if t.line.width == 4), None)  # none where nothing was accepted
+        drawn = next((t for t in figure.data if t.name == NODES["drawn"][2]), None)  # none at the image's end
+        assert figure.layout.height == TALL_TREE_HEIGHT
+        assert bottom - top == (TALL_TREE_HEIGHT - TREE_MARGINS) // SLOT_PIXELS + 0.5
+        accepted = list(path.y)[1:] if path is not None else []  # the path's nodes after the head
+        fits = not accepted or max(accepted) - min(accepted) <= bottom - top - 1.5
+        shown = accepted if fits else accepted[-1:]  # else its end
+        drawn_y = list(drawn.y) if drawn is not None else []
+        assert all(top < y < bottom for y in [*shown, *drawn_y]), (j, figure.layout.yaxis.range, accepted)
+    assert panned >= 3

@@ -60,6 +60,7 @@ WIDE_LEGEND = {**LEGEND_BELOW, "itemsizing": "constant"}
 SHOWN_DEPTH = 12  # depths a tree figure opens on; deeper nodes are a drag away
 SLOT_PIXELS = 30  # vertical room per leaf of a drawn tree: enough for a token label above a node
 TREE_MARGINS = 300  # pixels of a tree figure outside its plot: title, axis, legend
+TALL_TREE_HEIGHT = 900  # at most: a taller tree opens on the leaves around its accepted path, the rest a drag away
 WIDE_TREE_MARGINS = 280  # the same in a wide figure: a title of up to three lines, the axis, the legend
 # a wide figure's tree grows downwards: its leaves share about this many pixels across (a half-width plot on a
 # 1280 px projector, less its depth axis); the depths it opens on; the room a token's label needs beside its node;
@@ -136,18 +137,41 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
         size = min(11, max(5, room - 1))
         labelled = {"head", "accepted", "drawn"} if WIDE_TREE_PIXELS / leaves >= LABEL_PIXELS else set()
     else:
-        height = max(480, min(1200, SLOT_PIXELS * leaves + TREE_MARGINS))
+        height = max(480, min(TALL_TREE_HEIGHT, SLOT_PIXELS * leaves + TREE_MARGINS))
         size = 16 if large else 11
-        # the path's tokens are written by their nodes where the tree leaves room, else shown on hover only
-        labelled = {"head", "accepted", "drawn"} if height - TREE_MARGINS >= SLOT_PIXELS * leaves else set()
+        labelled = {"head", "accepted", "drawn"}  # a leaf's room is SLOT_PIXELS: a tree taller pans instead
     _draw_nodes(fig, drawing, size, labelled, palette, place, beside=wide)
     title += _depth_axis(fig, it.start, top, shown, down=wide)
-    slots = [leaves - 0.5, -1] if not wide else [-0.5 - WIDE_SLOT_PAD, leaves - 0.5 + WIDE_SLOT_PAD]
-    (fig.update_xaxes if wide else fig.update_yaxes)(range=slots, visible=False)
+    if wide:
+        fig.update_xaxes(range=[-0.5 - WIDE_SLOT_PAD, leaves - 0.5 + WIDE_SLOT_PAD], visible=False)
+    else:
+        low, high = _slots_shown(drawing, it.path, leaves, (height - TREE_MARGINS) // SLOT_PIXELS)
+        fig.update_yaxes(range=[high + 0.5, low - 1], visible=False)
+        if high - low + 1 < leaves:
+            title += f"<br>leaves {low}-{high} of {leaves} shown, around the accepted path: drag up or down"
     fig.update_layout(legend=WIDE_LEGEND if wide else LEGEND_BELOW)
     shape = _asked_shape(it)
     fig = _finish(fig, f"{title}<br>{shape}" if shape else title, height, dark, large, widths=WIDE_TITLE if wide else 1)
     return fig.update_layout(margin={"b": 150 if large else 100 if wide else 110})
+
+
+def _slots_shown(drawing: _DrawnTree, path: list[int], leaves: int, room: int) -> tuple[int, int]:
+    """The first and last leaf slot a tall figure opens on: all of them where `room` holds them, else a
+    window of `room` slots around the accepted path (its nodes after the head) and the token drawn after it,
+    or, where the path spans more than the window, around its end, where the pass was decided (a PEANUT tree
+    of 43 leaves once opened on its refused first branches, its accepted path a page further down)."""
+    if leaves <= room:
+        return 0, leaves - 1
+    end = [len(drawing.kind) - 1] if drawing.kind[-1] == "drawn" else []
+    rows = [node + 1 for node in path] + end
+    if not rows:
+        rows = [0]
+    slots = drawing.slot[rows]
+    if slots.max() - slots.min() > room - 1:  # the whole path cannot show: its end, and the drawn token
+        slots = drawing.slot[rows[-2:]]
+    centre = (float(slots.min()) + float(slots.max())) / 2
+    low = int(min(max(0, round(centre - (room - 1) / 2)), leaves - room))
+    return low, low + room - 1
 
 
 class _DrawnTree(NamedTuple):
