@@ -100,7 +100,7 @@ def test_press_run_and_watch_the_race(server, browser):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SCREENSHOTS / "race.png"))
     # the two runs' own compute: their medians of undisturbed timings, as the timed summary gives them
-    own = sum(float(seconds) for seconds in re.findall(r"([\d.]+) s ·", summary)[:1])
+    own = sum(float(seconds) for seconds in re.findall(r"([\d.]+) s(?: of compute)? ·", summary)[:1])
     own += float(re.search(r"AR: \d+ passes, ([\d.]+) s", summary).group(1))
     print(
         f"first frame after {first_frame:.2f} s, summary after {finished:.2f} s ({finished / own:.2f}x the two runs' "
@@ -120,6 +120,31 @@ def test_press_run_and_watch_the_race(server, browser):
     assert selected == "Compare" and "one-token pass" in _text(browser, "cost-note"), _text(browser, "cost-note")
     tabs = [button.text for button in browser.find_elements(By.CSS_SELECTOR, "button[role=tab]")]
     assert tabs == ["Race", "Inspect", "Compare", "Replay and export"], tabs  # each tab under its own name
+
+
+def test_run_with_an_empty_prompt_says_why_on_the_page_and_races_nothing(server, browser):
+    """The press checks Run's settings before any race: a refusal is a message on the page (an unqueued check
+    raised it unseen: the page showed nothing), and the summary never says a race is starting."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(server)
+    wait = WebDriverWait(browser, 60)
+    prompt = wait.until(
+        expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, "textarea[data-testid='textbox']"))
+    )
+    prompt.send_keys(Keys.CONTROL, "a")
+    prompt.send_keys(Keys.DELETE)  # typed, as a visitor does, so the page's value follows
+    assert prompt.get_attribute("value") == ""
+    browser.find_element(By.ID, "run-button").click()
+    said = "//*[contains(text(), 'the prompt is empty')]"
+    toast = WebDriverWait(browser, 20).until(expected_conditions.visibility_of_element_located((By.XPATH, said)))
+    assert "red apple" in toast.text  # the message says what to write
+    time.sleep(1.0)
+    assert "Starting" not in _text(browser, "race-summary") and "Racing" not in _text(browser, "race-summary")
+    assert "NFE" not in _text(browser, "method-counter")
 
 
 def test_a_preset_on_the_first_screen_sets_everything_and_races(server, browser, untimed):

@@ -266,14 +266,15 @@ def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs
     racer, inputs, outputs, options = racing
     events = []
     own_race = racer()
-    # what a press answers at once, outside the compute queue: the race on screen (pressed from Inspect, it ran
-    # unseen), a line that it starts, and the page's previous race ended; then the race itself
+    # what a press answers at once, in a queue of its own (not the compute queue; queued, a refusal is a message
+    # on the page: unqueued, Gradio 6 drops it): the race on screen (pressed from Inspect, it ran unseen), a
+    # line that it starts, and the page's previous race ended; then the race itself
     now = [page.race_tab.activity, page.compare_tab.comparing]
     pressed = {"tabs": page.tabs, "summary": page.race_tab.summary}
     own_shown = Outputs({"preset_note": page.race_tab.preset_note}, pressed)
     checked = user_errors(own_shown.set_by(own_run_checked(page.side, page.race_tab, page.compare_tab.comparing)))
     for run_button in (page.side.run_button, page.presets.run):
-        shown_now = run_button.click(checked, inputs | set(now), own_shown.components, queue=False)
+        shown_now = run_button.click(checked, inputs | set(now), own_shown.components)
         events.append(shown_now.success(own_race, inputs, outputs, **options))
     shown = Outputs(
         page.side.preset_outputs(page.compare_tab.methods, page.race_tab.preset_note, page.race_tab.speed), pressed
@@ -281,7 +282,7 @@ def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs
     set_by_preset = shown.set_by(preset_shown)
     for key, button in page.presets.buttons.items():
         preset = PRESET_BY_KEY[key]
-        raced = button.click(functools.partial(set_by_preset, key), now, shown.components, queue=False).then(
+        raced = button.click(functools.partial(set_by_preset, key), now, shown.components).then(
             racer(preset.opens_on), inputs, outputs, **options
         )
         events.append(raced)

@@ -96,7 +96,8 @@ def race_summary(trace: Trace, ar: Trace, drawing_shared: bool = False, timing: 
         )
     how = viz.timed_how(trace, ar)
     if how is not None:
-        how = f"seconds: wall clock; {how} (same seed, same tokens)"
+        clock = "of compute" if metrics.verdict_clock(trace, ar) == "compute" else "on the wall clock"
+        how = f"seconds {clock}; {how} (same seed, same tokens)"
     elif drawing_shared:
         how = "seconds: the race's own clocks, which also paid for drawing it"
     else:

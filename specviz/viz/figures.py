@@ -194,9 +194,10 @@ def _continuous_outcome(it: ContinuousRecord, whole_row: str) -> str:
 def _rows_outcome(it: RowsRecord, whole_row: str) -> str:
     if it.windows:  # PJD: a window in every row in flight
         rows = f"rows {it.windows[0].row}-{it.windows[-1].row}" if len(it.windows) > 1 else f"row {it.windows[0].row}"
-        committed = len(it.committed)
+        windows = "1 window" if len(it.windows) == 1 else f"{len(it.windows)} windows"
         drafts = "1 draft" if it.accepted == 1 else f"{it.accepted} drafts"
-        return f"{len(it.windows)} windows ({rows}): {drafts} accepted, {committed} tokens committed"
+        committed = "1 token" if len(it.committed) == 1 else f"{len(it.committed)} tokens"
+        return f"{windows} ({rows}): {drafts} accepted, {committed} committed"
     if len(it.rows) == 1:
         return f"1 token drawn, row {it.rows[0]}"
     return f"{len(it.rows)} tokens drawn together, rows {', '.join(str(row) for row in it.rows)}"
