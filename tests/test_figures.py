@@ -380,3 +380,18 @@ def test_the_rejected_label_sits_clear_of_the_bars_after_the_rejection():
     assert _label_place(0, [0.0] * 16, 16, reach=0.6) == 2  # SJD: nothing after the rejection, the label near it
     assert _label_place(3, [1.0] * 16, 16, reach=0.6) == 5.5  # nowhere clear: beside it, away from the nearer end
     assert _label_place(13, [1.0] * 16, 16, reach=0.6) == 10.5
+
+
+def test_a_ratio_label_just_left_of_the_ar_line_starts_right_of_it(examples):
+    """'1.03x slower' began at its bar's end, 0.97, and the dashed AR = 1x line ran into its first digit: a
+    label that close starts right of the line (as AR's own '1.00x' does), and every ratio label is boxed in
+    the page's colour."""
+    from specviz.viz.publication.drawings import comparison
+
+    (_, ar), (_, sjd), _ = examples
+    slow = sjd.model_copy(update={"seconds": ar.seconds / 0.97})
+    fig = comparison([ar, slow], Setting(STYLES["paper"], 3.3, None, None))
+    latency = fig.axes[2]
+    labels = {text.get_text(): text for text in latency.texts}
+    assert labels["1.03x slower"].xy[0] >= 1.0 and labels["1.00x"].xy[0] >= 1.0
+    assert all(text.get_bbox_patch() is not None for text in latency.texts)
