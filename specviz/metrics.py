@@ -465,5 +465,7 @@ def summary(trace: Trace, ar: Trace | None = None) -> dict:
         result["latency_speedup"] = ar.seconds / trace.seconds if trace.seconds else float("nan")
         result["nfe_ratio"] = ar.nfe / passes if passes else float("nan")
         if draft_alone(trace):
-            result["cost_ratio"] = trace.seconds / ar.seconds if ar.seconds else float("nan")
+            clock = verdict_clock(trace, ar)  # the seconds shown beside it
+            ours, theirs = clock_seconds(trace, clock), clock_seconds(ar, clock)
+            result["cost_ratio"] = ours / theirs if theirs else float("nan")
     return result

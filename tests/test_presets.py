@@ -180,8 +180,8 @@ def test_run_and_every_preset_show_the_race_tab(demo):
 
 
 def test_run_refused_is_said_at_once_and_races_nothing(demo):
-    """Run with settings the race would refuse (an empty prompt) says why at the press, outside the queue,
-    and no race follows (`.success`): before, the race was queued, and on a busy page the summary said it
+    """Run with settings the race would refuse (an empty prompt) says why at the press, before the compute
+    queue, and no race follows (`.success`): before, the race was queued, and on a busy page the summary said it
     started while the refusal waited its turn."""
     button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "run-button")
     press = next(fn for fn in demo.fns.values() if (button._id, "click") in fn.targets)
@@ -191,3 +191,38 @@ def test_run_refused_is_said_at_once_and_races_nothing(demo):
         press.fn(data)
     race = next(fn for fn in demo.fns.values() if fn.trigger_after == press._id)
     assert race.trigger_only_on_success and race.name == "race"
+
+
+def test_a_presets_contrast_runs_only_on_its_own_fresh_race():
+    """The CSpD preset's chain runs its contrast after its race; a race a new press ended also counts as done
+    (its chain goes on), and the contrast then ran on the page's previous runs, or overwrote the new race's.
+    It now runs only on the preset's own runs, not yet contrasted, with no press since."""
+    from specviz.trace import Trace
+    from specviz.ui import compute
+    from specviz.ui.layout import its_own_contrast
+
+    preset = PRESET_BY_KEY["cspd"]
+    called = []
+    contrast = its_own_contrast(preset, lambda state: called.append(state) or {**state, "contrast": ["second"]})
+    trace = Trace.model_construct(model=preset.model, method=preset.method, prompt=preset.prompt, seed=preset.seed)
+    other = Trace.model_construct(model="tiny", method="sjd", prompt="red apple", seed=0)
+    assert contrast({"trace": other, "ar": other}) == gr.skip() and not called  # the page's previous runs
+    assert contrast({"trace": trace, "contrast": ["done"]}) == gr.skip() and not called  # contrasted already
+    token = compute.PAGE.set("a page")
+    try:
+        compute.race_pressed("stall")  # pressed since: the page wants another race
+        assert contrast({"trace": trace}) == gr.skip() and not called
+        compute.race_pressed(preset.key)
+        assert contrast({"trace": trace})["contrast"] == ["second"] and len(called) == 1
+    finally:
+        compute.PAGE.reset(token)
+
+
+def test_stop_after_a_press_says_the_race_never_began():
+    from specviz.ui.activity import STARTING, RaceActivity, starting, stopped
+
+    for summary in (STARTING, starting(RaceActivity("retiming", 1), False), starting(None, True)):
+        said = stopped(None, False, summary)["summary"]  # its race still queued: "Starting..." would stay for good
+        assert said.startswith("**Stopped** before the race began"), summary
+    said = stopped(RaceActivity("retiming", 1), False, STARTING)["summary"]  # the old race's activity not yet cleared
+    assert said.startswith("**Stopped** before the race began")

@@ -287,7 +287,7 @@ def test_a_new_press_ends_the_pages_race_and_says_so_at_once(server):
                 break
             said = message["output"]["data"]
         ended = time.perf_counter() - pressed
-    assert said is not None and "*Starting the race once the previous race ends" in str(said), said
+    assert said is not None and "*Starting the race: the previous race stops first" in str(said), said
     summary = race["outputs"].index(
         next(i for i in race["outputs"] if components[i].get("props", {}).get("elem_id") == "race-summary")
     )
@@ -314,7 +314,7 @@ def test_a_press_ends_only_its_own_pages_race():
     )
     token = compute.PAGE.set("a")
     try:
-        compute.race_pressed()
+        compute.race_pressed("run")
     finally:
         compute.PAGE.reset(token)
     assert not racing.wanted() and other_page.wanted() and comparing.wanted()

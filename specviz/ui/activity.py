@@ -29,9 +29,9 @@ def starting(race: RaceActivity | None, comparing: bool | None) -> str:
     race still being timed, or a comparison, holds it first, and the page would otherwise show nothing new
     until it ends (a lecturer once waited 13 s on an unchanged page)."""
     if race is not None and race.phase == "retiming":
-        return "*Starting the race once the previous race's timing ends (Stop ends it now)...*"
+        return "*Starting the race: the previous race's timing stops first...*"
     if race is not None:
-        return "*Starting the race once the previous race ends (Stop ends it now)...*"
+        return "*Starting the race: the previous race stops first...*"
     if comparing:
         return "*Starting the race once Compare's runs end (Stop ends them now)...*"
     return STARTING
@@ -43,7 +43,9 @@ def stopped(race: RaceActivity | None, comparing: bool | None, summary: str | No
     None. The race's counters are not quoted: a pass already under way when Stop was pressed still reaches
     them (a walk under load found the summary one pass behind the counters beside it)."""
     race_note = compare_note = gr.update()
-    if race is not None and race.phase == "retiming":  # both runs had finished; only their clocks were pending
+    if (summary or "").startswith(STARTING.rstrip(".*")):  # pressed, and its race not begun (or the old one ending)
+        race_note = "**Stopped** before the race began. Inspect still shows the previous run, if any."
+    elif race is not None and race.phase == "retiming":  # both runs had finished; only their clocks were pending
         result = (summary or "").partition("\n\n")[2]  # the summary below its "timing again" line
         race_note = (
             f"**Stopped** while timing the runs again ({race.rounds_done} rounds done): the seconds below come "

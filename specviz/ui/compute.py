@@ -169,20 +169,31 @@ def request_memory(model: ImageModel) -> tuple[int, str]:
 QUEUED_EVENT: contextvars.ContextVar[tuple[gr.Blocks, str] | None] = contextvars.ContextVar("event", default=None)
 # the page (Gradio's session) a handler runs for, queued or not (set likewise)
 PAGE: contextvars.ContextVar[str | None] = contextvars.ContextVar("page", default=None)
-_race_presses: dict[str, float] = {}  # page -> when it last pressed Run or a preset
+_race_presses: dict[str, tuple[float, str]] = {}  # page -> when it last pressed Run or a preset, and which
+_presses_lock = threading.Lock()
 REMEMBERED_PAGES = 10_000  # presses kept at most; the oldest go first
 
 
-def race_pressed() -> None:
-    """Run or a preset was pressed on this page: a race the page started before now stops at its next pass or
-    timing round (`Deadline(superseded_by_press=True)`), so the new race need not wait for an old one's clocks."""
+def race_pressed(button: str) -> None:
+    """Run or a preset (`button`: "run" or the preset's key) was pressed on this page: a race the page started
+    before now stops at its next pass or timing round (`Deadline(superseded_by_press=True)`), so the new race
+    need not wait for an old one's clocks."""
     page = PAGE.get()
     if page is None:
         return
-    _race_presses.pop(page, None)  # re-inserted last: the dict's order is the presses' order
-    _race_presses[page] = time.perf_counter()
-    while len(_race_presses) > REMEMBERED_PAGES:
-        del _race_presses[next(iter(_race_presses))]
+    with _presses_lock:  # presses of different buttons run on threads of their own
+        _race_presses.pop(page, None)  # re-inserted last: the dict's order is the presses' order
+        _race_presses[page] = (time.perf_counter(), button)
+        while len(_race_presses) > REMEMBERED_PAGES:
+            del _race_presses[next(iter(_race_presses))]
+
+
+def last_pressed() -> str | None:
+    """The button this page pressed last for a race ("run" or a preset's key); None where unknown (no page,
+    or none pressed)."""
+    page = PAGE.get()
+    pressed = _race_presses.get(page) if page is not None else None
+    return None if pressed is None else pressed[1]
 
 
 class Deadline:
@@ -215,7 +226,7 @@ class Deadline:
 
     def superseded(self) -> bool:
         """Whether the page pressed Run or a preset since this race began."""
-        return self._page is not None and _race_presses.get(self._page, -math.inf) > self.started
+        return self._page is not None and _race_presses.get(self._page, (-math.inf, ""))[0] > self.started
 
     def wanted(self) -> bool:
         """Whether the visitor still waits for this request (always, where no queued event is known)."""

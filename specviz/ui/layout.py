@@ -234,11 +234,11 @@ def wire(demo: gr.Blocks, page: Page) -> None:
     wire_scripts(demo, page)
 
 
-def race_pressed(racing: activity.RaceActivity | None, comparing: bool | None) -> dict:
+def race_pressed(button: str, racing: activity.RaceActivity | None, comparing: bool | None) -> dict:
     """The answer to any press of Run or a preset, before its race holds the compute queue: the Race tab open,
     whichever tab was, a line saying the race starts (and what it waits for), and the page's previous race
     ended (`compute.race_pressed`)."""
-    compute.race_pressed()
+    compute.race_pressed(button)
     return {"tabs": gr.Tabs(selected="race"), "summary": activity.starting(racing, comparing)}
 
 
@@ -249,14 +249,14 @@ def own_run_checked(side: controls.Controls, race_tab: race.RaceTab, comparing: 
     def own_run_shown(data: dict) -> dict:
         request = side.request(data)
         request.check(get_model(request.model))
-        return {"preset_note": "", **race_pressed(data[race_tab.activity], data[comparing])}
+        return {"preset_note": "", **race_pressed("run", data[race_tab.activity], data[comparing])}
 
     return own_run_shown
 
 
 def preset_shown(key: str, racing: activity.RaceActivity | None, comparing: bool | None) -> dict:
     """A preset's answer before its race: the controls it sets (`controls.preset_controls`)."""
-    return {**controls.preset_controls(key), **race_pressed(racing, comparing)}
+    return {**controls.preset_controls(key), **race_pressed(key, racing, comparing)}
 
 
 def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs: Callable) -> list[Dependency]:
@@ -287,10 +287,30 @@ def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs
         )
         events.append(raced)
         if preset.contrast:  # the finding is a comparison of two runs in Inspect
-            raced = raced.success(contrast_runs, page.runs, page.runs, concurrency_id="gpu")
+            raced = raced.success(its_own_contrast(preset, contrast_runs), page.runs, page.runs, concurrency_id="gpu")
             events.append(raced)
             refresh_after(raced)
     return events
+
+
+def its_own_contrast(preset: Preset, contrast_runs: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    """The preset's contrast run after its race, only where the page still holds that race's own runs, not yet
+    contrasted, and pressed nothing since: a race a new press ended counts as finished (its chain goes on), and
+    its contrast would otherwise run on the page's previous runs, or overwrite the new race's."""
+
+    def contrast_of_its_own_race(state: dict | None) -> dict:
+        trace = (state or {}).get("trace")
+        ours = (preset.model, preset.method, preset.prompt, preset.seed)
+        own = (
+            trace is not None
+            and "contrast" not in state
+            and (trace.model, trace.method, trace.prompt, trace.seed) == ours
+        )
+        if not own or compute.last_pressed() not in (None, preset.key):
+            return gr.skip()
+        return contrast_runs(state)
+
+    return contrast_of_its_own_race
 
 
 def wire_stop(page: Page, cancels: list[Dependency]) -> None:

@@ -354,7 +354,8 @@ def play_frames(runs: dict, slow: bool, animate: bool = True) -> Iterator[dict[s
             "Upload its `ar-trace.json` beside it to see it race AR."
         )
     played = "*Played again from the recorded traces: each pass took the time it took when it ran.*"
-    yield {**final, "bars": bars_now(), "summary": f"{summary}\n\n{played}"}
+    bars = bars_now() if ar is None else finished_bars(total, trace, ar)  # the clock its summary's verdict uses
+    yield {**final, "bars": bars, "summary": f"{summary}\n\n{played}"}
 
 
 def race_seconds(request: RunRequest, slow: bool, opens_on: str | None = None) -> int:

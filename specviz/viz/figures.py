@@ -390,7 +390,7 @@ def _label_place(rejected_at: int, ratios: list[float], width: int, reach: float
     """Where the "rejected" label goes along the bars (`reach`: its half-width in offsets): the nearest place
     at least 2 offsets from the rejected draft whose bars end below the label (drafts after a rejection have
     bars where SJD++ re-checks them), the side away from the nearer end first; where no such place exists,
-    that side's first place."""
+    its old spot, 2.5 offsets that side of the rejected draft."""
     width = max(width, 1)
     lean = 1 if rejected_at < width / 2 else -1
     places = [rejected_at + side * lean * (2 + step / 2) for step in range(2 * width) for side in (1, -1)]
