@@ -265,7 +265,7 @@ def command_race(args: argparse.Namespace) -> int:
     prompt, seed = check_prompt(args.prompt), check_seed(args.seed)
 
     from specviz.measure.race import Race, retimed
-    from specviz.metrics import summary, timed_speedup
+    from specviz.metrics import clock_seconds, summary, timed_speedup, verdict_clock
     from specviz.viz.narration import latency_verdict, ratio_text
 
     model = _load(args)
@@ -282,12 +282,16 @@ def command_race(args: argparse.Namespace) -> int:
         if timed
         else ("the race's own clocks" if args.repeats == 0 else "the race's own clocks (a repeat changed its tokens)")
     )
-    print(f"{args.method} against AR on {model.name} ({model.device}), prompt {prompt!r}, seed {seed}; seconds: {how}")
+    clock = verdict_clock(trace, ar)  # the seconds its verdict compares: compute time where both kept it
+    on = "compute time (CPU seconds of each run's own work)" if clock == "compute" else "the wall clock"
+    where = f"{model.name} ({model.device}), prompt {prompt!r}, seed {seed}"
+    print(f"{args.method} against AR on {where}; seconds: {how}, on {on}")
     print("\n| run | NFE | tokens | step compression | seconds | spread |\n|---|---:|---:|---:|---:|---|")
     for t in (trace, ar):
-        spread = f"{min(t.timings):.3f}-{max(t.timings):.3f}" if t.timings else "-"
+        timings = t.compute_timings if clock == "compute" else t.timings
+        spread = f"{min(timings):.3f}-{max(timings):.3f}" if timings else "-"
         compression = ratio_text(summary(t)["step_compression"])
-        print(f"| {t.method} | {t.nfe} | {len(t.tokens)} | {compression} | {t.seconds:.3f} | {spread} |")
+        print(f"| {t.method} | {t.nfe} | {len(t.tokens)} | {compression} | {clock_seconds(t, clock):.3f} | {spread} |")
     facts = summary(trace, ar)
     print(f"\nlatency: {latency_verdict(facts['latency_speedup'], timed_speedup(trace, ar))}")
     return 0

@@ -130,7 +130,7 @@ def test_the_speedup_spread_pairs_repeats_and_reads_as_people_say_it(short_run):
 def test_the_race_command_prints_passes_and_the_speedup_with_its_spread(capsys):
     assert main(["race", "--method", "sjd", "--prompt", "sun", "--window", "8", "--repeats", "2"]) == 0
     out = capsys.readouterr().out
-    assert "median of 2 undisturbed runs of each" in out
+    assert "median of 2 undisturbed runs of each, in turns, on compute time" in out  # the verdict's clock
     assert re.search(r"\| sjd \| \d+ \| 256 \| [\d.]+x \| [\d.]+ \| [\d.]+-[\d.]+ \|", out)
     assert re.search(r"\| ar \| 256 \| 256 \| 1.00x \|", out)
     verdict = r"(about the same latency as AR|[\d.]+x (latency speedup over AR|slower than AR))"
