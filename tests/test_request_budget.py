@@ -260,7 +260,10 @@ def test_a_new_press_ends_the_pages_race_and_says_so_at_once(server):
     press = next(d for d in dependencies if d["api_name"] == "own_run_shown")
     race = next(d for d in dependencies if d["api_name"] == "race")
     assert race["trigger_after"] == press["id"] and race["trigger_only_on_success"]  # the press checks, then races
-    body = {"data": [*RACE, "slow"], "fn_index": race["id"], "session_hash": raw.session, "event_data": None}
+    components = {c["id"]: c for c in raw.config["components"]}
+    given = iter([*RACE, "slow"])  # the page's race settings in slow motion; its press (a State) the server's own
+    values = [None if components[i]["type"] == "state" else next(given) for i in race["inputs"]]
+    body = {"data": values, "fn_index": race["id"], "session_hash": raw.session, "event_data": None}
     joined = httpx.post(f"{raw.api}/queue/join", json=body)
     assert joined.status_code == 200, joined.text[:300]
     race_event = joined.json()["event_id"]
@@ -321,3 +324,25 @@ def test_a_press_ends_only_its_own_pages_race():
     with pytest.raises(compute.Superseded, match="started another race"):
         racing.check()
     assert deadline_of("a", superseded_by_press=True).wanted()  # a race begun after the press goes on
+
+
+def test_a_race_still_waiting_its_turn_is_ended_by_a_later_press():
+    """A race carries the stamp of the press that started it: a press made while it still waited in the queue
+    (a Space busy with other visitors, a comparison holding the compute queue) ends it before its first frame,
+    where before only races already under way were ended."""
+    from specviz.core.settings import SamplingSettings
+    from specviz.ui import compute
+    from specviz.ui import race as race_tab
+    from specviz.ui.controls import RunRequest, own_parameters
+
+    token = compute.PAGE.set("a page")
+    try:
+        first = compute.race_pressed("zipar")
+        second = compute.race_pressed("pjd")  # pressed while the first race waited its turn
+        assert Deadline(superseded_by_press=True, press=first).superseded()
+        assert not Deadline(superseded_by_press=True, press=second).superseded()
+        request = RunRequest("tiny", "sjd", "sun", 0, SamplingSettings(), own_parameters("sjd"))
+        frames = list(race_tab.race_frames(request, slow=False, opens_on=None, press=first))
+        assert frames == [race_tab.SUPERSEDED]  # it never began: no clearing of the screen, no run
+    finally:
+        compute.PAGE.reset(token)

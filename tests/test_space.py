@@ -57,7 +57,8 @@ def test_the_cspd_preset_passes_every_check_where_tiny_continuous_is_offered(on_
     pressed = next(fn for fn in demo.fns.values() if (button._id, "click") in fn.targets)
     race = next(fn for fn in demo.fns.values() if fn.api_name == "race")
     updates = pressed.fn(None, False)  # keyed by component, every output named; no race nor comparison going
-    assert set(updates) == set(pressed.outputs) and len(updates) == len(preset_controls("cspd")) + 2  # tab, summary
+    assert set(updates) == set(pressed.outputs)
+    assert len(updates) == len(preset_controls("cspd")) + 3  # the tab, the summary and the press
     pressed_values = {c._id: u["value"] for c, u in updates.items() if isinstance(u, dict) and "value" in u}
     page = SessionState(demo)  # the visitor's page after the press: the preset's model, its methods
     asyncio.run(demo.postprocess_data(pressed, updates, page))

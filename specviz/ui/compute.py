@@ -8,7 +8,6 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import math
 import os
 import threading
 import time
@@ -174,18 +173,21 @@ _presses_lock = threading.Lock()
 REMEMBERED_PAGES = 10_000  # presses kept at most; the oldest go first
 
 
-def race_pressed(button: str) -> None:
+def race_pressed(button: str) -> float | None:
     """Run or a preset (`button`: "run" or the preset's key) was pressed on this page: a race the page started
     before now stops at its next pass or timing round (`Deadline(superseded_by_press=True)`), so the new race
-    need not wait for an old one's clocks."""
+    need not wait for an old one's clocks. Returns the press's stamp, which the race it starts is given (None
+    without a page)."""
     page = PAGE.get()
     if page is None:
-        return
+        return None
+    stamp = time.perf_counter()
     with _presses_lock:  # presses of different buttons run on threads of their own
         _race_presses.pop(page, None)  # re-inserted last: the dict's order is the presses' order
-        _race_presses[page] = (time.perf_counter(), button)
+        _race_presses[page] = (stamp, button)
         while len(_race_presses) > REMEMBERED_PAGES:
             del _race_presses[next(iter(_race_presses))]
+    return stamp
 
 
 def last_pressed() -> str | None:
@@ -203,9 +205,11 @@ class Deadline:
     leaves the running jobs). Without a queued event (a direct call, a ZeroGPU worker process) only the
     clock counts."""
 
-    def __init__(self, seconds: float | None = None, superseded_by_press: bool = False):
+    def __init__(self, seconds: float | None = None, superseded_by_press: bool = False, press: float | None = None):
         """`superseded_by_press`: a race, which a later press of Run or a preset on its page ends
-        (`race_pressed`)."""
+        (`race_pressed`); `press`: the stamp of the press that started it, so that a press made while it
+        still waited in the queue ends it too (without one, presses after it began)."""
+        self._press = press
         self.seconds = request_seconds() if seconds is None else seconds
         self.started = time.perf_counter()
         self.end = self.started + self.seconds
@@ -226,7 +230,10 @@ class Deadline:
 
     def superseded(self) -> bool:
         """Whether the page pressed Run or a preset since this race began."""
-        return self._page is not None and _race_presses.get(self._page, (-math.inf, ""))[0] > self.started
+        if self._page is None or self._page not in _race_presses:
+            return False
+        latest = _race_presses[self._page][0]
+        return latest != self._press if self._press is not None else latest > self.started
 
     def wanted(self) -> bool:
         """Whether the visitor still waits for this request (always, where no queued event is known)."""

@@ -195,7 +195,8 @@ def build_page(presets: list[Preset]) -> Page:
                 replay_tab = replay.build()
             # what the tabs keep outside the tab bar: among the tabs, any component that is not a tab
             # (even a State) shifts Gradio's tab labels by one
-            for outside in (race_tab.activity, inspect_tab.timer, inspect_tab.loaded, compare_tab.comparing):
+            outside_tabs = (race_tab.activity, race_tab.press, inspect_tab.timer, inspect_tab.loaded)
+            for outside in (*outside_tabs, compare_tab.comparing):
                 outside.render()
     return Page(runs, side, row, tabs, race_tab, inspect_tab, inspect_buttons, compare_tab, replay_tab)
 
@@ -238,8 +239,8 @@ def race_pressed(button: str, racing: activity.RaceActivity | None, comparing: b
     """The answer to any press of Run or a preset, before its race holds the compute queue: the Race tab open,
     whichever tab was, a line saying the race starts (and what it waits for), and the page's previous race
     ended (`compute.race_pressed`)."""
-    compute.race_pressed(button)
-    return {"tabs": gr.Tabs(selected="race"), "summary": activity.starting(racing, comparing)}
+    press = compute.race_pressed(button)
+    return {"tabs": gr.Tabs(selected="race"), "summary": activity.starting(racing, comparing), "press": press}
 
 
 def own_run_checked(side: controls.Controls, race_tab: race.RaceTab, comparing: gr.State) -> Callable[[dict], dict]:
@@ -270,7 +271,7 @@ def wire_races(page: Page, racing: tuple, refresh_after: Callable, contrast_runs
     # on the page: unqueued, Gradio 6 drops it): the race on screen (pressed from Inspect, it ran unseen), a
     # line that it starts, and the page's previous race ended; then the race itself
     now = [page.race_tab.activity, page.compare_tab.comparing]
-    pressed = {"tabs": page.tabs, "summary": page.race_tab.summary}
+    pressed = {"tabs": page.tabs, "summary": page.race_tab.summary, "press": page.race_tab.press}
     own_shown = Outputs({"preset_note": page.race_tab.preset_note}, pressed)
     checked = user_errors(own_shown.set_by(own_run_checked(page.side, page.race_tab, page.compare_tab.comparing)))
     for run_button in (page.side.run_button, page.presets.run):

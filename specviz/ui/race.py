@@ -190,6 +190,7 @@ class RaceTab:
     progress: gr.Image  # the method's acceptance map (trees: depth map) so far
     progress_title: gr.Markdown
     activity: gr.State  # a RaceActivity while a race runs (Stop reads it), else None
+    press: gr.State  # the page's last press of Run or a preset (`compute.race_pressed`): the race it started
     play_again: gr.Button
     why: gr.Button  # opens Compare's cost panel and measures
 
@@ -234,6 +235,7 @@ def build() -> RaceTab:
         )
         preset_note = gr.Markdown(elem_id="preset-note")
     activity = gr.State(None, render=False)  # rendered by the page outside the tab bar (`layout`)
+    press = gr.State(None, render=False)  # likewise
     return RaceTab(
         method_image,
         method_counter,
@@ -246,6 +248,7 @@ def build() -> RaceTab:
         progress,
         progress_title,
         activity,
+        press,
         play_again,
         why,
     )
@@ -358,7 +361,7 @@ def play_frames(runs: dict, slow: bool, animate: bool = True) -> Iterator[dict[s
     yield {**final, "bars": bars, "summary": f"{summary}\n\n{played}"}
 
 
-def race_seconds(request: RunRequest, slow: bool, opens_on: str | None = None) -> int:
+def race_seconds(request: RunRequest, slow: bool, opens_on: str | None = None, press: float | None = None) -> int:
     """GPU time for a race: AR's pass per token, the method's at most one per token and a draft model's,
     and in slow motion the pause after each of the method's passes (`opens_on`, the race's other
     argument, costs nothing)."""
@@ -430,14 +433,20 @@ RACE_STOPPED = "*The race stopped: the message above says why. Nothing of it was
 SUPERSEDED = {"summary": STARTING, "activity": None}
 
 
-def race_frames(request: RunRequest, slow: bool, opens_on: str | None) -> Iterator[dict[str, object]]:
+def race_frames(
+    request: RunRequest, slow: bool, opens_on: str | None, press: float | None = None
+) -> Iterator[dict[str, object]]:
     """The race as frames of output values keyed by name (plain values: inside a GPU call they cross
-    processes); Inspect opens on the runs at `opening_iteration(trace, opens_on)`."""
+    processes); Inspect opens on the runs at `opening_iteration(trace, opens_on)`. `press`: the page's press
+    that started it (`compute.race_pressed`); a later press ends it, even one made while it waited its turn."""
+    # the queue is held from here: the prefill, the race, its pauses and its timing; a new press on the page ends it
+    deadline = Deadline(superseded_by_press=True, press=press)
+    if deadline.superseded():  # pressed for another race while this one waited in the queue: it never starts
+        yield SUPERSEDED
+        return
     # the previous run's images, counters, summary and downloads go at once, before the model is loaded or the
     # compute thread is free: they describe another run, and the page must show that its press was taken
     yield {**CLEARED, "summary": racing(request.method), "activity": RACING, "downloads": None}
-    # the queue is held from here: the prefill, the race, its pauses and its timing; a new press on the page ends it
-    deadline = Deadline(superseded_by_press=True)
     try:
         chosen = get_model(request.model)
         contest = on_compute_thread(
@@ -533,9 +542,7 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
          "activity": tab.activity, "loaded": loaded}
     )  # fmt: skip
     # entered as GPU work where the model sits on a GPU (decorated here, when the page is built)
-    frames = gpu_work(model=lambda request, slow, opens_on: request.model, duration=race_seconds)(
-        user_errors(race_frames)
-    )
+    frames = gpu_work(model=lambda request, *others: request.model, duration=race_seconds)(user_errors(race_frames))
 
     def racer(opens_on: str | None = None) -> Callable[[dict], Iterator[dict]]:
         """The handler of Run (`opens_on` None) or of a preset (its `opens_on`)."""
@@ -545,11 +552,11 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         def race(data: dict) -> Iterator[dict]:
             request = controls.request(data)
             request.check(get_model(request.model))  # refused here, before any work or GPU slot
-            yield from frames(request, data[tab.speed] == "slow", opens_on)
+            yield from frames(request, data[tab.speed] == "slow", opens_on, data[tab.press])
 
         return race
 
-    inputs = controls.run_inputs | {tab.speed}
+    inputs = controls.run_inputs | {tab.speed, tab.press}
     options = {
         "concurrency_limit": 1,
         "concurrency_id": "gpu",
