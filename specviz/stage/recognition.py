@@ -5,25 +5,25 @@
     python -m specviz.stage.recognition --real     # the measure on real images of held-out designs
     python -m specviz.stage.recognition --weights assets/tiny-continuous --guidance 4 --temperature 0.8
 
-The fair measure is the recogniser's (`recogniser.py`, assets/recogniser): a classifier of the emoji
-(skin tones merged) judged by designs it never saw, so a model that draws a correct new design counts.
-Its top-1 / top-5 on the samples are given beside its own on real images of held-out designs, the most a
-model can expect of it. The nearest-image measure, kept beside it, rewards memorising:
-for training captions (a fixed draw of `--captions` of them) and seeds 0..K-1 the model draws an image
-by AR at its default sampling (or at the `--guidance` and `--temperature` given: whether the sampling,
-not the model, stands in the way); the sample is compared with every training image of every design by a
-fixed, simple feature (the image averaged down to 12 x 12 RGB, L2 distance). Top-1 is the share of
-samples whose nearest training image has the sample's caption; top-5 the share whose caption is among
-the captions of the 5 nearest. Chance is about 1 in 4,000 captions for top-1; a model that draws one of
-the designs of its caption scores near 1. The images of the other designs of a caption count, so a
-model need not reproduce one design to be recognised.
+The fair measure is the recogniser's (`recogniser.py`, assets/recogniser): a classifier of the emoji's
+figures (skin tones and genders merged, and emoji a design draws alike) judged by designs it never saw,
+so a model that draws a correct new design counts. Its top-1 / top-5 on the samples are given beside its
+own on real images of held-out designs, the most a model can expect of it. The nearest-image measure,
+kept beside it, rewards memorising: for training captions (a fixed draw of `--captions` of them) and
+seeds 0..K-1 the model draws an image by AR at its default sampling (or at the `--guidance` and
+`--temperature` given: whether the sampling, not the model, stands in the way); the sample is compared
+with every training image of every design by a fixed, simple feature (the image averaged down to
+12 x 12 RGB, L2 distance). Top-1 is the share of samples whose nearest training image has the sample's
+caption; top-5 the share whose caption is among the captions of the 5 nearest. Chance is about 1 in
+4,000 captions for top-1; a model that draws one of the designs of its caption scores near 1. The
+images of the other designs of a caption count, so a model need not reproduce one design to be
+recognised.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +34,7 @@ import torch
 from specviz.core.settings import SamplingSettings, SettingsError
 from specviz.core.threads import configure_threads
 from specviz.stage.recogniser import ASSETS as RECOGNISER
-from specviz.stage.recogniser import TrainedRecogniser, scores
+from specviz.stage.recogniser import TrainedRecogniser, figures, held_out_by_figure, scores
 
 if TYPE_CHECKING:
     from specviz.models.continuous import ContinuousPair
@@ -65,7 +65,7 @@ class Recognition:
 @dataclass(frozen=True)
 class Recognitions:
     """One set of samples judged three ways: the nearest training image by caption and by emoji (any skin
-    tone), and the recogniser (emoji, skin tones merged; None without its weights)."""
+    tone), and the recogniser (by figure: skin tones and genders merged; None without its weights)."""
 
     by_caption: Recognition
     by_emoji: Recognition
@@ -79,14 +79,17 @@ class Recognitions:
 
 
 def recognition(
-    samples: np.ndarray, captions: list[str], reference: np.ndarray, reference_captions: list[str]
+    samples: np.ndarray,
+    captions: list[str],
+    reference: np.ndarray,
+    reference_captions: list[str],
+    groups: list | None = None,
 ) -> Recognition:
-    """Top-1 and top-5 recognition of `samples` drawn for `captions` among the `reference` images."""
+    """Top-1 and top-5 recognition of `samples` drawn for `captions` among the `reference` images (with
+    `groups`, one per sample, each group weighing the same)."""
     distance = torch.cdist(features(samples), features(reference))
     nearest = distance.topk(min(NEAREST, len(reference)), largest=False).indices.tolist()
-    found = [[reference_captions[index] for index in row] for row in nearest]
-    top1 = statistics.fmean(row[0] == caption for row, caption in zip(found, captions, strict=True))
-    top5 = statistics.fmean(caption in row for row, caption in zip(found, captions, strict=True))
+    top1, top5 = scores([[reference_captions[index] for index in row] for row in nearest], captions, groups)
     return Recognition(top1, top5, len(samples))
 
 
@@ -107,11 +110,14 @@ def drawn(
     return np.stack(images), asked
 
 
-def judged_by(recogniser: TrainedRecogniser | None, images: np.ndarray, emoji: list[str]) -> Recognition | None:
-    """The recogniser's top-1 and top-5 on images of these emoji (None without a recogniser)."""
+def judged_by(
+    recogniser: TrainedRecogniser | None, images: np.ndarray, emoji: list[str], designs: list[str] | None = None
+) -> Recognition | None:
+    """The recogniser's top-1 and top-5 on images of these emoji (None without a recogniser); with their
+    designs, each design of a figure weighing the same."""
     if recogniser is None:
         return None
-    top1, top5 = scores(recogniser.ranked(images), emoji)
+    top1, top5 = recogniser.judged(images, emoji, designs)
     return Recognition(top1, top5, len(images))
 
 
@@ -161,22 +167,29 @@ def load_embedded(folder: Path) -> EmbeddedModel:
 
 
 def real_designs(cache: Path, recogniser: TrainedRecogniser | None = None) -> Recognitions:
-    """Recognition of the real held-out images (an emoji in one design, seen in training in its others):
-    what each measure gives a model that draws new designs perfectly."""
+    """Recognition of the real held-out images (an emoji in one design, its figure seen in training in others),
+    held out as the recogniser's split holds them (by figure), each design of a figure weighing the same as
+    in the recogniser's own record: what each measure gives a model that draws new designs perfectly."""
     from specviz.models.tiny.designs import build_design_set
 
     designs = build_design_set(cache / "designs")
-    training, held = ~designs.held_out, designs.held_out
+    figure_of = figures(designs.images, designs.bases, designs.designs)
+    held = held_out_by_figure(figure_of, designs.bases, designs.designs, designs.held_out)
+    training = ~held
+    learnt = {figure_of[base] for base, kept in zip(designs.bases, training, strict=True) if kept}
+    held &= np.array([figure_of[base] in learnt for base in designs.bases])  # a figure seen in another design
     reference = designs.images[training]
     reference_captions = [c for c, kept in zip(designs.captions, training, strict=True) if kept]
     reference_bases = [b for b, kept in zip(designs.bases, training, strict=True) if kept]
     asked = [c for c, out in zip(designs.captions, held, strict=True) if out]
     emoji = [b for b, out in zip(designs.bases, held, strict=True) if out]
     images = designs.images[held]
+    held_designs = [design for design, out in zip(designs.designs, held, strict=True) if out]
+    groups = [(figure_of[base], design) for base, design in zip(emoji, held_designs, strict=True)]
     return Recognitions(
-        recognition(images, asked, reference, reference_captions),
-        recognition(images, emoji, reference, reference_bases),
-        judged_by(recogniser, images, emoji),
+        recognition(images, asked, reference, reference_captions, groups),
+        recognition(images, emoji, reference, reference_bases, groups),
+        judged_by(recogniser, images, emoji, held_designs),
     )
 
 
@@ -209,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
     configure_threads()  # every core but one: a busy core does not stall the OpenMP team
     recogniser = shipped_recogniser()
     if args.real:
-        print(f"real images of held-out designs: {real_designs(args.cache, recogniser).summary()}")
+        found = real_designs(args.cache, recogniser)
+        print(f"real images of held-out designs, each design of a figure weighing the same: {found.summary()}")
         return
     model = load_embedded(args.weights)
     sampling = model.default_sampling
