@@ -36,8 +36,8 @@ def test_the_shipped_recogniser_knows_real_designs_it_never_saw(shipped):
     known = [index for index, figure in enumerate(shipped.figures(emoji)) if figure in shipped.classes]
     assert len(known) == 63  # but "man bouncing ball": every design of its figure has one of its emoji held out
     top1, top5 = shipped.judged(images[known], [emoji[index] for index in known])
-    # its record on the 342 held-out designs of a figure (60.6% / 80.4%), far above the nearest image and
-    # chance (1 and 5 in 1,787); this draw of 63 images (33 and 48 of them) lies near it
+    # its record on the 343 held-out designs of a figure (59.3% / 82.5%), far above the nearest image and
+    # chance (1 and 5 in 1,788); this draw of 63 images (30 and 50 of them) lies near it
     assert shipped.held_out[0] >= 0.55 and shipped.held_out[1] >= 0.75
     assert top1 >= shipped.held_out[0] - 0.15 and top5 >= shipped.held_out[1] - 0.15, (top1, top5)
 
@@ -47,7 +47,7 @@ def test_noise_is_recognised_at_chance(shipped):
     noise = generator.integers(0, 256, (200, 48, 48, 3), dtype=np.uint8)
     asked = [shipped.classes[i] for i in generator.integers(len(shipped.classes), size=200)]
     found = judged_by(shipped, noise, asked)
-    assert found.samples == 200 and found.top1 <= 0.01 and found.top5 <= 0.03  # chance: 1 and 5 in 1,787
+    assert found.samples == 200 and found.top1 <= 0.01 and found.top5 <= 0.03  # chance: 1 and 5 in 1,788
     assert judged_by(None, noise, asked) is None
 
 
@@ -88,9 +88,10 @@ def test_weights_of_another_shape_are_refused_before_anything_is_allocated(tmp_p
     (tmp_path / "recogniser.json").write_text(json.dumps({**record, "classes": [1, 2]}))
     with pytest.raises(ValueError, match="each a name"):
         TrainedRecogniser.load(tmp_path)
-    (tmp_path / "recogniser.json").write_text(json.dumps({**record, "figure_of": {"1F600": "no such class"}}))
-    with pytest.raises(ValueError, match="figure_of must name one of its classes"):
-        TrainedRecogniser.load(tmp_path)
+    for figure_of in ({"1F600": "no such class"}, {"1F600": [1]}, ["1F600"]):
+        (tmp_path / "recogniser.json").write_text(json.dumps({**record, "figure_of": figure_of}))
+        with pytest.raises(ValueError, match="figure_of must name one of its classes"):
+            TrainedRecogniser.load(tmp_path)
 
 
 def test_gender_is_merged_as_skin_tones_are():
@@ -102,31 +103,27 @@ def test_gender_is_merged_as_skin_tones_are():
     assert gender_neutral("1F474") == gender_neutral("1F475") == "1F9D3"  # old man, old woman: older person
     assert gender_neutral("1F466") == "1F9D2" != gender_neutral("1F468")  # a boy is a child, not a man
     assert gender_neutral("1F34E") == "1F34E" and gender_neutral("1F1F3-1F1F4") == "1F1F3-1F1F4"  # apple, flag
+    assert gender_neutral("2640") == "2640" != gender_neutral("2642")  # the female and male signs themselves
+    assert gender_neutral("1F385") == gender_neutral("1F936") == "1F9D1-200D-1F384"  # Santa, Mrs. Claus: Mx Claus
 
 
 def test_emoji_that_a_design_draws_alike_are_one_figure():
-    """Noto draws Bouvet Island's flag as Norway's; other designs may not: one image in one design is enough."""
-    norway, bouvet, apple = (
-        np.zeros((3, 48, 48, 3), np.uint8),
-        np.zeros((3, 48, 48, 3), np.uint8),
-        np.zeros((48, 48, 3), np.uint8),
-    )
+    """Noto draws Bouvet Island's flag as Norway's, the other designs apart: one design drawing them alike is
+    enough. Two emoji alike in one skin tone but not in the others are not one figure."""
+    norway, bouvet = np.zeros((3, 48, 48, 3), np.uint8), np.zeros((3, 48, 48, 3), np.uint8)
+    apple = np.zeros((48, 48, 3), np.uint8)
     norway[:, 10], bouvet[:, 10], apple[20] = 200, 200, 100
-    bouvet[1, 30] = 90  # a second design draws Bouvet Island apart
+    bouvet[1:, 30] = 90  # Twemoji and Fluent draw Bouvet Island apart
     images = np.stack([*norway, *bouvet, apple])
     bases = ["1F1F3-1F1F4"] * 3 + ["1F1E7-1F1FB"] * 3 + ["1F34E"]
     found = figures(images, bases, ["noto", "twemoji", "fluent"] * 2 + ["noto"])
     assert found == {"1F1F3-1F1F4": "1F1E7-1F1FB", "1F1E7-1F1FB": "1F1E7-1F1FB", "1F34E": "1F34E"}
-    man, person = "1F468-200D-1F33E", "1F9D1-200D-1F33E"
-    found = figures(np.stack([norway[0], apple]), [man, person], ["noto", "noto"])
-    assert found[man] == found[person] == man  # gender merged though drawn apart; named by the first in order
-
-
-def test_a_figure_beside_the_targets_is_neither_met_nor_missed():
-    from specviz.stage.targets import Target
-
-    assert Target("nearest training image, top-1 (no target)", "-", 0.4, None, "%").line().startswith("        ")
-    assert Target("recognised", ">= 60%", 0.1, False, "%").line().startswith("MISSED")
+    person, man = "1F9D1-200D-1F33E", "1F468-200D-1F33E"
+    found = figures(np.stack([norway[0], apple]), [person, man], ["noto", "noto"])
+    assert found[man] == found[person] == man  # gender merged though drawn apart; named by the least, not the first
+    woman, blond = "1F469", "1F471-200D-2640"  # two skin tones each, alike in the first only
+    tones = np.stack([apple, norway[0], apple, bouvet[1]])
+    assert len(set(figures(tones, [woman, woman, blond, blond], ["twemoji"] * 4).values())) == 2
 
 
 def test_a_design_of_a_figure_is_held_out_whole():

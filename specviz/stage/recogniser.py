@@ -9,7 +9,7 @@ an emoji with its skin tones and gender merged, and with the emoji a design draw
 image: see `figures`) under augmentations that stand in for another design's drawing (scale, rotation,
 shift, outlines, flat colours, blur, contrast and saturation; never hue, which tells a red heart from a
 blue one), and is judged by the designs it never saw: each figure's held-out design, every one weighing
-the same. A small ResNet on 48 x 48 images, trained from one seeded generator on the CPU (40 epochs: 17
+the same. A small ResNet on 48 x 48 images, trained from one seeded generator on the CPU (40 epochs: 18
 minutes with SPECVIZ_THREADS=2 on two cores). Writes recogniser.safetensors (float16) and recogniser.json
 (its classes, each emoji's figure, how it was trained and how well it recognises held-out designs).
 """
@@ -99,8 +99,10 @@ GENDERED = {  # Unicode's gendered people and their gender-neutral counterparts
     0x1FAC3: 0x1FAC4,  # pregnant man, pregnant woman: pregnant person
     0x1F930: 0x1FAC4,
 }
-PAIRS = {  # one code point for two people, and the ZWJ sequence Unicode gives its skin-toned forms
-    0x1F491: (0x1F9D1, ZWJ, 0x2764, ZWJ, 0x1F9D1),  # couple with heart
+NEUTRAL_SEQUENCES = {  # one code point for a gendered person or two people, and the ZWJ sequence of its neutral
+    0x1F385: (0x1F9D1, ZWJ, 0x1F384),  # Santa Claus, Mrs. Claus: Mx Claus
+    0x1F936: (0x1F9D1, ZWJ, 0x1F384),
+    0x1F491: (0x1F9D1, ZWJ, 0x2764, ZWJ, 0x1F9D1),  # couple with heart (Unicode's skin-toned forms are these)
     0x1F48F: (0x1F9D1, ZWJ, 0x2764, ZWJ, 0x1F48B, ZWJ, 0x1F9D1),  # kiss
     0x1F46B: (0x1F9D1, ZWJ, 0x1F91D, ZWJ, 0x1F9D1),  # woman and man, men, women holding hands
     0x1F46C: (0x1F9D1, ZWJ, 0x1F91D, ZWJ, 0x1F9D1),
@@ -111,25 +113,29 @@ PAIRS = {  # one code point for two people, and the ZWJ sequence Unicode gives i
 
 
 def gender_neutral(base: str) -> str:
-    """An emoji's code points ('1F468-200D-1F33E', skin tones already dropped) without gender: gender signs
-    dropped with their joiner, gendered people as their neutral counterparts, so "man farmer" and
-    "woman farmer" are "farmer" as their skin tones are one emoji."""
+    """An emoji's code points ('1F468-200D-1F33E', skin tones already dropped) without gender: a gender sign
+    joined to a person dropped with its joiner (the sign alone, an emoji of its own, kept), gendered people as
+    their neutral counterparts, so "man farmer" and "woman farmer" are "farmer" as their skin tones are one
+    emoji."""
     neutral: list[int] = []
     for point in (int(part, 16) for part in base.split("-") if part):
-        if point in GENDER_SIGNS:
-            if neutral and neutral[-1] == ZWJ:
-                neutral.pop()
+        if point in GENDER_SIGNS and neutral and neutral[-1] == ZWJ:
+            neutral.pop()
             continue
-        neutral.extend(PAIRS.get(point, (GENDERED.get(point, point),)))
+        neutral.extend(NEUTRAL_SEQUENCES.get(point, (GENDERED.get(point, point),)))
     return "-".join(f"{point:X}" for point in neutral)
 
 
 def figures(images: np.ndarray, bases: list[str], designs: list[str]) -> dict[str, str]:
     """Each emoji's figure, named by its first emoji in sorted order: emoji with the same gender-neutral
-    code points are one figure, and so are emoji that one design draws in the same image (OpenMoji draws
-    "man pilot" as "pilot", Noto the flag of Bouvet Island as Norway's): no image can tell them apart, so a
-    recogniser asked to would be judged on a coin toss, not on what it sees."""
+    code points are one figure, and so are emoji that one design draws alike, in the same images in every
+    skin tone (OpenMoji draws "man pilot" as "pilot", Noto the flag of Bouvet Island as Norway's): no image
+    can tell them apart, so a recogniser asked to would be judged on a coin toss, not on what it sees. (One
+    tone alike is not enough: Twemoji's "woman" and "woman: blond hair" are one image in one tone only.)"""
     parent = {base: base for base in bases}
+    drawn: dict[tuple[str, str], list[bytes]] = {}
+    for base, image, design in zip(bases, images, designs, strict=True):
+        drawn.setdefault((base, design), []).append(image.tobytes())  # its skin tones, in code point order
 
     def root(base: str) -> str:
         while parent[base] != base:
@@ -141,9 +147,9 @@ def figures(images: np.ndarray, bases: list[str], designs: list[str]) -> dict[st
         low, high = sorted((root(first), root(second)))
         parent[high] = low
 
-    first_of: dict[tuple[str, ...] | tuple[str, bytes], str] = {}
-    for base, image, design in zip(bases, images, designs, strict=True):
-        for key in (("neutral", gender_neutral(base)), (design, image.tobytes())):
+    first_of: dict[tuple, str] = {}
+    for (base, design), tones in drawn.items():
+        for key in (("neutral", gender_neutral(base)), (design, *tones)):
             join(first_of.setdefault(key, base), base)
     return {base: root(base) for base in parent}
 
@@ -191,7 +197,8 @@ class TrainedRecogniser:
         if not 1 <= len(classes) <= MAX_CLASSES or not all(isinstance(name, str) for name in classes):
             raise ValueError(f"{folder}/recogniser.json: 1 to {MAX_CLASSES} classes, each a name, needed")
         figure_of = record.get("figure_of", {})
-        if not isinstance(figure_of, dict) or not set(figure_of.values()) <= set(classes):
+        named = isinstance(figure_of, dict) and all(isinstance(figure, str) for figure in figure_of.values())
+        if not named or not set(figure_of.values()) <= set(classes):
             raise ValueError(f"{folder}/recogniser.json: figure_of must name one of its classes for each emoji")
         network = Recogniser(len(classes), width)
         network.load_state_dict({k: v.float() for k, v in load_file(str(folder / "recogniser.safetensors")).items()})
