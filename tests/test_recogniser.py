@@ -126,6 +126,13 @@ def test_emoji_that_a_design_draws_alike_are_one_figure():
     assert len(set(figures(tones, [woman, woman, blond, blond], ["twemoji"] * 4).values())) == 2
 
 
+def test_a_figure_beside_the_targets_is_neither_met_nor_missed():
+    from specviz.stage.targets import Target
+
+    assert Target("nearest training image, top-1 (no target)", "-", 0.4, None, "%").line().startswith("        ")
+    assert Target("recognised", ">= 60%", 0.1, False, "%").line().startswith("MISSED")
+
+
 def test_a_design_of_a_figure_is_held_out_whole():
     """Noto's "woman farmer" held out is judged by a recogniser that saw no farmer of Noto's, not even "farmer"."""
     woman, person, apple = "1F469-200D-1F33E", "1F9D1-200D-1F33E", "1F34E"
