@@ -88,7 +88,8 @@ def test_weights_of_another_shape_are_refused_before_anything_is_allocated(tmp_p
     (tmp_path / "recogniser.json").write_text(json.dumps({**record, "classes": [1, 2]}))
     with pytest.raises(ValueError, match="each a name"):
         TrainedRecogniser.load(tmp_path)
-    for figure_of in ({"1F600": "no such class"}, {"1F600": [1]}, ["1F600"]):
+    too_many = {f"E{index}": record["classes"][0] for index in range(module.MAX_CLASSES + 1)}
+    for figure_of in ({"1F600": "no such class"}, {"1F600": [1]}, ["1F600"], too_many):
         (tmp_path / "recogniser.json").write_text(json.dumps({**record, "figure_of": figure_of}))
         with pytest.raises(ValueError, match="figure_of must name one of its classes"):
             TrainedRecogniser.load(tmp_path)

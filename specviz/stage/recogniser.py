@@ -6,12 +6,13 @@ The nearest training image (`recognition.features`) names the right caption for 
 of held-out designs, so a model that draws a new, correct design scores as badly as one that draws a blob;
 only memorising scores well. This classifier learns each figure from its training designs (a figure is
 an emoji with its skin tones and gender merged, and with the emoji a design draws in the very same
-image: see `figures`) under augmentations that stand in for another design's drawing (scale, rotation,
-shift, outlines, flat colours, blur, contrast and saturation; never hue, which tells a red heart from a
-blue one), and is judged by the designs it never saw: each figure's held-out design, every one weighing
-the same. A small ResNet on 48 x 48 images, trained from one seeded generator on the CPU (40 epochs: 18
-minutes with SPECVIZ_THREADS=2 on two cores). Writes recogniser.safetensors (float16) and recogniser.json
-(its classes, each emoji's figure, how it was trained and how well it recognises held-out designs).
+images in every skin tone: see `figures`) under augmentations that stand in for another design's
+drawing (scale, rotation, shift, outlines, flat colours, blur, contrast and saturation; never hue, which
+tells a red heart from a blue one), and is judged by the designs it never saw: each figure's held-out
+design, every one weighing the same. A small ResNet on 48 x 48 images, trained from one seeded generator
+on the CPU (40 epochs: 18 minutes with SPECVIZ_THREADS=2 on two cores). Writes recogniser.safetensors
+(float16) and recogniser.json (its classes, each emoji's figure, how it was trained and how well it
+recognises held-out designs).
 """
 
 from __future__ import annotations
@@ -197,9 +198,13 @@ class TrainedRecogniser:
         if not 1 <= len(classes) <= MAX_CLASSES or not all(isinstance(name, str) for name in classes):
             raise ValueError(f"{folder}/recogniser.json: 1 to {MAX_CLASSES} classes, each a name, needed")
         figure_of = record.get("figure_of", {})
-        named = isinstance(figure_of, dict) and all(isinstance(figure, str) for figure in figure_of.values())
+        named = isinstance(figure_of, dict) and len(figure_of) <= MAX_CLASSES
+        named = named and all(isinstance(figure, str) for figure in figure_of.values())
         if not named or not set(figure_of.values()) <= set(classes):
-            raise ValueError(f"{folder}/recogniser.json: figure_of must name one of its classes for each emoji")
+            raise ValueError(
+                f"{folder}/recogniser.json: figure_of must name one of its classes for each emoji "
+                f"(at most {MAX_CLASSES} emoji)"
+            )
         network = Recogniser(len(classes), width)
         network.load_state_dict({k: v.float() for k, v in load_file(str(folder / "recogniser.safetensors")).items()})
         training = record["training"]
