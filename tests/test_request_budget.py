@@ -346,3 +346,45 @@ def test_a_race_still_waiting_its_turn_is_ended_by_a_later_press():
         assert frames == [race_tab.SUPERSEDED]  # it never began: no clearing of the screen, no run
     finally:
         compute.PAGE.reset(token)
+
+
+def test_stop_pressed_while_a_race_waits_to_begin_means_it_never_begins():
+    """The page defers a press of the running race's own button until that race ends (`always_last`); Stop then
+    cancels the running race, and the deferred race began after it anyway, under Stop's own line "Stopped before
+    the race began". A race pressed before the page's Stop now never begins; one pressed after it runs."""
+    from specviz.core.settings import SamplingSettings
+    from specviz.ui import compute
+    from specviz.ui import race as race_tab
+    from specviz.ui.controls import RunRequest, own_parameters
+
+    token = compute.PAGE.set("a stopped page")
+    try:
+        deferred = compute.race_pressed("run")
+        compute.stop_pressed()
+        deadline = Deadline(superseded_by_press=True, press=deferred)
+        assert deadline.stopped() and not deadline.superseded() and not deadline.wanted()
+        with pytest.raises(OverBudget, match="stopped it"):
+            deadline.check()
+        request = RunRequest("tiny", "sjd", "sun", 0, SamplingSettings(), own_parameters("sjd"))
+        frames = list(race_tab.race_frames(request, slow=False, opens_on=None, press=deferred))
+        assert frames == [race_tab.STOPPED_BEFORE_START]  # Stop's line stays: no clearing, no run
+        assert compute.last_pressed() == compute.STOP  # a preset's contrast run does not follow either
+        after = compute.race_pressed("run")
+        assert Deadline(superseded_by_press=True, press=after).wanted()
+    finally:
+        compute.PAGE.reset(token)
+
+
+def test_the_stop_button_is_recorded_for_its_page(server):
+    from specviz.ui import compute
+
+    raw = RawClient(server)
+    stop = next(d for d in raw.config["dependencies"] if d["api_name"] == "stop")
+    components = {c["id"]: c for c in raw.config["components"]}
+    values = [components[i].get("props", {}).get("value") for i in stop["inputs"]]
+    assert raw.call(stop["id"], values) == ("ok", None)
+    token = compute.PAGE.set(raw.session)
+    try:
+        assert compute.last_pressed() == compute.STOP
+    finally:
+        compute.PAGE.reset(token)

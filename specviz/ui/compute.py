@@ -173,11 +173,25 @@ _presses_lock = threading.Lock()
 REMEMBERED_PAGES = 10_000  # presses kept at most; the oldest go first
 
 
+STOP = "stop"  # what `last_pressed` names after the page's Stop
+
+
 def race_pressed(button: str) -> float | None:
     """Run or a preset (`button`: "run" or the preset's key) was pressed on this page: a race the page started
     before now stops at its next pass or timing round (`Deadline(superseded_by_press=True)`), so the new race
     need not wait for an old one's clocks. Returns the press's stamp, which the race it starts is given (None
     without a page)."""
+    return _pressed(button)
+
+
+def stop_pressed() -> None:
+    """Stop was pressed on this page: Gradio cancels the events running, and a race pressed before it that still
+    waits to start (a press deferred behind the race it ends, by `trigger_mode="always_last"`, or queued behind
+    other visitors) never begins (`Deadline.stopped`)."""
+    _pressed(STOP)
+
+
+def _pressed(button: str) -> float | None:
     page = PAGE.get()
     if page is None:
         return None
@@ -191,8 +205,8 @@ def race_pressed(button: str) -> float | None:
 
 
 def last_pressed() -> str | None:
-    """The button this page pressed last for a race ("run" or a preset's key); None where unknown (no page,
-    or none pressed)."""
+    """The button this page pressed last for a race ("run" or a preset's key), or STOP; None where unknown (no
+    page, or none pressed)."""
     page = PAGE.get()
     pressed = _race_presses.get(page) if page is not None else None
     return None if pressed is None else pressed[1]
@@ -228,16 +242,26 @@ class Deadline:
     def left(self) -> float:
         return self.end - time.perf_counter()
 
-    def superseded(self) -> bool:
-        """Whether the page pressed Run or a preset since this race began."""
+    def _pressed_since(self) -> str | None:
+        """The button the page pressed last (a race's or STOP), where it was pressed after this race's own press
+        (or, without one, after the race began)."""
         if self._page is None or self._page not in _race_presses:
-            return False
-        latest = _race_presses[self._page][0]
-        return latest != self._press if self._press is not None else latest > self.started
+            return None
+        latest, button = _race_presses[self._page]
+        later = latest != self._press if self._press is not None else latest > self.started
+        return button if later else None
+
+    def superseded(self) -> bool:
+        """Whether the page pressed Run or a preset since this race's press."""
+        return self._pressed_since() not in (None, STOP)
+
+    def stopped(self) -> bool:
+        """Whether the page's last press since this race's press was Stop."""
+        return self._pressed_since() == STOP
 
     def wanted(self) -> bool:
         """Whether the visitor still waits for this request (always, where no queued event is known)."""
-        if self.superseded():
+        if self._pressed_since() is not None:
             return False
         return self._event is None or (self._event.alive and self._event in self._running())
 

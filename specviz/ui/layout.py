@@ -323,7 +323,9 @@ def wire_stop(page: Page, cancels: list[Dependency]) -> None:
     )  # fmt: skip
 
     def stop(*now) -> dict:
-        """Cancel a race or a comparison and say so; stop playing back."""
+        """Cancel a race or a comparison and say so; stop playing back; a race pressed before it that has not
+        begun (deferred behind the race it ended) never will."""
+        compute.stop_pressed()
         return outputs.of({**activity.stopped(*now), "timer": gr.Timer(active=False)})
 
     now = [race_tab.activity, compare_tab.comparing, race_tab.summary]

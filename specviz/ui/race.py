@@ -431,6 +431,8 @@ RACE_STOPPED = "*The race stopped: the message above says why. Nothing of it was
 # a race's last frame where the page pressed for another: Gradio shows an event's last frame once more as it ends,
 # which would put this race's summary back over the press's line until the new race's first frame
 SUPERSEDED = {"summary": STARTING, "activity": None}
+# a race whose page pressed Stop while it waited to begin: Stop's line stays, and nothing else changes
+STOPPED_BEFORE_START = {"activity": None}
 
 
 def race_frames(
@@ -438,11 +440,15 @@ def race_frames(
 ) -> Iterator[dict[str, object]]:
     """The race as frames of output values keyed by name (plain values: inside a GPU call they cross
     processes); Inspect opens on the runs at `opening_iteration(trace, opens_on)`. `press`: the page's press
-    that started it (`compute.race_pressed`); a later press ends it, even one made while it waited its turn."""
+    that started it (`compute.race_pressed`); a later press ends it, even one made while it waited its turn, and
+    a Stop made while it waited means it never begins."""
     # the queue is held from here: the prefill, the race, its pauses and its timing; a new press on the page ends it
     deadline = Deadline(superseded_by_press=True, press=press)
     if deadline.superseded():  # pressed for another race while this one waited in the queue: it never starts
         yield SUPERSEDED
+        return
+    if deadline.stopped():  # Stop pressed while it waited (its press deferred behind the race it ended, or queued)
+        yield STOPPED_BEFORE_START
         return
     # the previous run's images, counters, summary and downloads go at once, before the model is loaded or the
     # compute thread is free: they describe another run, and the page must show that its press was taken
