@@ -313,3 +313,28 @@ def test_slow_motion_shows_ar_moving_after_the_method_is_done(monkeypatch):
             ar_after.append(int(re.search(r"(\d+)/256 tokens", frame["ar_counter"]).group(1)))
         method_done = method_done or "256/256 tokens" in (frame.get("method_counter") or "")
     assert method_done and len([n for n in ar_after if n < 256]) >= 10, ar_after  # one frame a pass here
+
+
+def test_a_race_waits_for_inspects_views_only_on_a_page_opened_in_a_browser(monkeypatch):
+    """A finished race waits (up to HANDOVER_SECONDS) for Inspect to draw the runs it hands over before timing
+    them again; a client without a browser (gradio_client, a script) asks for no views, and every race it ran
+    waited the whole 3 s for nothing. The wait is now kept only for a page whose browser ran its load events."""
+    from specviz.core.settings import SamplingSettings
+    from specviz.ui import compute
+    from specviz.ui import race as race_tab
+    from specviz.ui.controls import RunRequest, own_parameters
+
+    monkeypatch.setenv("SPECVIZ_TIMINGS", "1")
+    waited_for = []
+    monkeypatch.setattr(compute.VIEWER_WORK, "settle", lambda handed=None, **_: waited_for.append(handed))
+    request = RunRequest("tiny", "sjd", "sun", 0, SamplingSettings(), own_parameters("sjd"))
+    for page, in_a_browser in (("a gradio_client session", False), ("a browser's page", True)):
+        token = compute.PAGE.set(page)
+        try:
+            if in_a_browser:
+                compute.page_opened()
+            assert compute.opened_in_a_browser() == in_a_browser
+            list(race_tab.race_frames(request, slow=False, opens_on=None))
+        finally:
+            compute.PAGE.reset(token)
+    assert len(waited_for) == 2 and waited_for[0] is None and isinstance(waited_for[1], int), waited_for

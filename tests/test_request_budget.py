@@ -388,3 +388,18 @@ def test_the_stop_button_is_recorded_for_its_page(server):
         assert compute.last_pressed() == compute.STOP
     finally:
         compute.PAGE.reset(token)
+
+
+def test_a_page_is_known_as_opened_in_a_browser_only_once_its_load_events_ran(server):
+    from specviz.ui import compute
+
+    raw = RawClient(server)
+    token = compute.PAGE.set(raw.session)
+    try:
+        assert not compute.opened_in_a_browser()  # a client that runs no load events: no wait for Inspect's views
+        opened = next(d for d in raw.config["dependencies"] if d["api_name"] == "page_opened")
+        assert opened["targets"][0][1] == "load"
+        assert raw.call(opened["id"], []) == ("ok", None)  # what the browser does as it opens the page
+        assert compute.opened_in_a_browser()
+    finally:
+        compute.PAGE.reset(token)

@@ -57,8 +57,8 @@ def each_on_compute_thread(items: Iterator) -> Iterator:
         yield item
 
 
-# the longest a race waits, once it has handed its runs to Inspect, for the browser to ask for their views
-# (a client without a browser, as the tests' gradio_client, asks for none: its races wait this long)
+# the longest a race waits, once it has handed its runs to Inspect, for the browser to ask for their views (only
+# where the page opened in a browser: a client without one, as gradio_client, asks for none, `opened_in_a_browser`)
 HANDOVER_SECONDS = 3.0
 
 
@@ -170,7 +170,8 @@ QUEUED_EVENT: contextvars.ContextVar[tuple[gr.Blocks, str] | None] = contextvars
 PAGE: contextvars.ContextVar[str | None] = contextvars.ContextVar("page", default=None)
 _race_presses: dict[str, tuple[float, str]] = {}  # page -> when it last pressed Run or a preset, and which
 _presses_lock = threading.Lock()
-REMEMBERED_PAGES = 10_000  # presses kept at most; the oldest go first
+REMEMBERED_PAGES = 10_000  # presses (and pages opened in a browser) kept at most; the oldest go first
+_browser_pages: dict[str, None] = {}  # pages whose browser ran their load events, oldest first
 
 
 STOP = "stop"  # what `last_pressed` names after the page's Stop
@@ -202,6 +203,26 @@ def _pressed(button: str) -> float | None:
         while len(_race_presses) > REMEMBERED_PAGES:
             del _race_presses[next(iter(_race_presses))]
     return stamp
+
+
+def page_opened() -> None:
+    """The page's browser ran its load events (`demo.load`): its Inspect tab asks for the views of the runs a race
+    hands it. A client without a browser runs none."""
+    page = PAGE.get()
+    if page is None:
+        return
+    with _presses_lock:
+        _browser_pages[page] = None
+        while len(_browser_pages) > REMEMBERED_PAGES:
+            del _browser_pages[next(iter(_browser_pages))]
+
+
+def opened_in_a_browser() -> bool:
+    """Whether this page's Inspect draws the runs a race hands it, so that the race's timing waits for that drawing
+    (`ViewerWork.settle`); true where no page is known (a direct call): there the wait is kept, at most
+    HANDOVER_SECONDS."""
+    page = PAGE.get()
+    return page is None or page in _browser_pages
 
 
 def last_pressed() -> str | None:

@@ -335,13 +335,14 @@ def wire_stop(page: Page, cancels: list[Dependency]) -> None:
 
 def wire_scripts(demo: gr.Blocks, page: Page) -> None:
     """What the browser does alone: arrow keys, plots fitted to a shown tab, large type, dark mode, the
-    projector layout (at once on a small screen)."""
+    projector layout (at once on a small screen); and the server told that the page opened in a browser."""
     demo.load(None, None, None, js=inspection.ARROW_KEYS)
     demo.load(None, None, None, js=FIT_PLOTS_ON_TAB)
     page.side.large.change(None, page.side.large, None, js=TOGGLE_LARGE)
     page.side.dark.change(None, page.side.dark, None, js=TOGGLE_DARK)
     page.presets.projector.change(None, page.presets.projector, None, js=TOGGLE_PROJECTOR)
     demo.load(None, None, None, js=PROJECTOR_ON_SMALL_SCREENS)
+    demo.load(compute.page_opened, None, None, show_progress="hidden")  # a race's timing then waits for Inspect
 
 
 def launch_options(demo: gr.Blocks) -> dict:

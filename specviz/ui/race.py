@@ -27,6 +27,7 @@ from specviz.ui.compute import (
     Superseded,
     each_on_compute_thread,
     on_compute_thread,
+    opened_in_a_browser,
     request_memory,
 )
 from specviz.ui.controls import Controls, RunRequest
@@ -503,7 +504,9 @@ def retiming_frames(
     `handed`: the viewers' drawing count (`VIEWER_WORK.count`) when the runs were handed to Inspect."""
     trace, ar = runs
     note = ""
-    VIEWER_WORK.settle(handed)  # Inspect draws the runs it was just given before anything is timed
+    # Inspect draws the runs it was just given before anything is timed (in a browser: a client without one asks
+    # for no views, and waited HANDOVER_SECONDS for them before every race's timing)
+    VIEWER_WORK.settle(handed if opened_in_a_browser() else None)
     # the repeats give way to Inspect after every pass, and a round it drew during is timed again
     rounds = retimed(model, [trace, ar], wanted, TIMING_BUDGET, interruptions=VIEWER_WORK)
     for timed in each_on_compute_thread(rounds):
