@@ -403,3 +403,24 @@ def test_a_page_is_known_as_opened_in_a_browser_only_once_its_load_events_ran(se
         assert compute.opened_in_a_browser()
     finally:
         compute.PAGE.reset(token)
+
+
+def test_run_pressed_on_a_model_not_loaded_yet_answers_at_once_without_loading_it(server, monkeypatch):
+    """The press's answer checked the settings against the model, loading it first: a released model's first use
+    (its weights read, minutes) held the answer, and the page showed nothing new until the load ended. The press
+    now answers at once that the model loads first, and the race loads it."""
+    from specviz.ui import activity, loading
+
+    loads = []
+    monkeypatch.setattr(loading, "load_model", lambda name, **_: loads.append(name))
+    raw = RawClient(server)
+    press = next(d for d in raw.config["dependencies"] if d["api_name"] == "own_run_shown")
+    components = {c["id"]: c for c in raw.config["components"]}
+    values = [components[i].get("props", {}).get("value") for i in press["inputs"]]
+    model = next(i for i, c in enumerate(press["inputs"]) if components[c].get("props", {}).get("label") == "Model")
+    assert values[model] == "tiny" and loading.loaded_model("janus-pro") is None
+    values[model] = "janus-pro"
+    assert raw.call(press["id"], values) == ("ok", None)
+    assert loads == []
+    said = activity.starting(None, None, loading="janus-pro")
+    assert said.startswith(activity.STARTING.rstrip(".*")) and "janus-pro loads first" in said  # Stop: before it began

@@ -22,12 +22,16 @@ RACING = RaceActivity("racing")
 
 
 STARTING = "*Starting the race...*"
+FIRST_LOAD = "its first use here: reading a released model's weights can take minutes"
 
 
-def starting(race: RaceActivity | None, comparing: bool | None) -> str:
+def starting(race: RaceActivity | None, comparing: bool | None, loading: str | None = None) -> str:
     """The race summary the moment Run or a preset is pressed, before the race holds the compute queue: a
     race still being timed, or a comparison, holds it first, and the page would otherwise show nothing new
-    until it ends (a lecturer once waited 13 s on an unchanged page)."""
+    until it ends (a lecturer once waited 13 s on an unchanged page); `loading`: a model not loaded yet, whose
+    first load comes first."""
+    if loading is not None:
+        return f"*Starting the race: {loading} loads first ({FIRST_LOAD})...*"
     if race is not None and race.phase == "retiming":
         return "*Starting the race: the previous race's timing stops first...*"
     if race is not None:

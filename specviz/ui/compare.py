@@ -19,6 +19,7 @@ from specviz.decoding import run
 from specviz.measure.cost import SIZES, PassCost, cost_sentence, pass_costs
 from specviz.measure.race import needs_retiming, retimed
 from specviz.trace import Trace
+from specviz.ui.activity import FIRST_LOAD
 from specviz.ui.compute import (
     OUT_OF_TIME,
     VIEWER_WORK,
@@ -29,7 +30,7 @@ from specviz.ui.compute import (
 )
 from specviz.ui.controls import Controls, RunRequest, compared_methods, params_text, sampling_text
 from specviz.ui.errors import user_errors
-from specviz.ui.loading import get_model, gpu_seconds, gpu_work
+from specviz.ui.loading import get_model, gpu_seconds, gpu_work, loaded_model
 from specviz.ui.outputs import Outputs
 
 COMPARE_HEADERS = [
@@ -243,6 +244,9 @@ def wire_compare(tab: CompareTab, controls: Controls) -> Dependency:
         if not selected:
             raise SettingsError("choose at least one method to compare")
         request = controls.request(data, method=BASELINE)
+        if loaded_model(request.model) is None:  # its first load (minutes for a released model) said, not silent
+            check_prompt(request.prompt)
+            yield {"note": f"*Comparing once {request.model} has loaded ({FIRST_LOAD})...*", "comparing": True}
         request.check(get_model(request.model), selected)  # refused here, before any work or GPU slot
         yield from frames(request, selected, data[controls.large], data[controls.dark])
 

@@ -13,7 +13,7 @@ from gradio.events import Dependency
 from starlette.middleware import Middleware
 
 from specviz import viz
-from specviz.core.inputs import InputError, brief
+from specviz.core.inputs import InputError, brief, check_prompt
 from specviz.core.timing import timings_wanted
 from specviz.models.registry import get_entry
 from specviz.ui import activity, compare, compute, controls, inspection, race, replay
@@ -21,7 +21,7 @@ from specviz.ui.checks import MAX_REQUEST_FILES, MAX_UPLOAD_BYTES, CheckedBlocks
 from specviz.ui.compute import on_compute_thread
 from specviz.ui.errors import user_errors
 from specviz.ui.guard import RequestGuard
-from specviz.ui.loading import default_model, get_model, load_at_startup, offered_models
+from specviz.ui.loading import default_model, load_at_startup, loaded_model, offered_models
 from specviz.ui.outputs import Outputs
 from specviz.ui.pictures import write_each_picture_once
 from specviz.ui.presets import PRESET_BY_KEY, PRESETS, Preset
@@ -235,22 +235,31 @@ def wire(demo: gr.Blocks, page: Page) -> None:
     wire_scripts(demo, page)
 
 
-def race_pressed(button: str, racing: activity.RaceActivity | None, comparing: bool | None) -> dict:
+def race_pressed(
+    button: str, racing: activity.RaceActivity | None, comparing: bool | None, loading: str | None = None
+) -> dict:
     """The answer to any press of Run or a preset, before its race holds the compute queue: the Race tab open,
-    whichever tab was, a line saying the race starts (and what it waits for), and the page's previous race
-    ended (`compute.race_pressed`)."""
+    whichever tab was, a line saying the race starts (and what it waits for: `loading`, a model's first load),
+    and the page's previous race ended (`compute.race_pressed`)."""
     press = compute.race_pressed(button)
-    return {"tabs": gr.Tabs(selected="race"), "summary": activity.starting(racing, comparing), "press": press}
+    summary = activity.starting(racing, comparing, loading)
+    return {"tabs": gr.Tabs(selected="race"), "summary": summary, "press": press}
 
 
 def own_run_checked(side: controls.Controls, race_tab: race.RaceTab, comparing: gr.State) -> Callable[[dict], dict]:
     """Run's answer before its race: its settings checked (a refusal is the press's message, and no race
-    follows it), no preset's story."""
+    follows it), no preset's story. A model not loaded yet is not loaded here: its prompt is checked, the rest
+    by the race once it has loaded (a released model's first load held the press's answer for minutes)."""
 
     def own_run_shown(data: dict) -> dict:
         request = side.request(data)
-        request.check(get_model(request.model))
-        return {"preset_note": "", **race_pressed("run", data[race_tab.activity], data[comparing])}
+        model = loaded_model(request.model)
+        if model is None:
+            check_prompt(request.prompt)
+        else:
+            request.check(model)
+        loading = request.model if model is None else None
+        return {"preset_note": "", **race_pressed("run", data[race_tab.activity], data[comparing], loading)}
 
     return own_run_shown
 

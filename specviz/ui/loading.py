@@ -140,11 +140,21 @@ def get_model(name: str) -> ImageModel:
     return _load_once(name)
 
 
+def loaded_model(name: str) -> ImageModel | None:
+    """The model where this process has loaded it, without loading it: a press answers at once, where a first load
+    (a released model's weights: minutes) would hold its answer until the load ended."""
+    return _loaded.get(name)
+
+
+_loaded: dict[str, ImageModel] = {}
+
+
 @functools.cache
 def _load_once(name: str) -> ImageModel:
     device = device_for(name)
     load = functools.partial(load_model, name, device=device, fast_path=fast_path_for(name, device))
-    return on_compute_thread(load)
+    _loaded[name] = model = on_compute_thread(load)
+    return model
 
 
 def decoder_for(trace: Trace) -> ImageModel | None:
