@@ -424,3 +424,39 @@ def test_run_pressed_on_a_model_not_loaded_yet_answers_at_once_without_loading_i
     assert loads == []
     said = activity.starting(None, None, loading="janus-pro")
     assert said.startswith(activity.STARTING.rstrip(".*")) and "janus-pro loads first" in said  # Stop: before it began
+
+
+def test_a_race_whose_model_fails_to_load_says_it_stopped(server, monkeypatch):
+    """The press said the model loads first; where the load fails (weights missing, hub unreachable), the summary
+    says the race stopped beside the message, rather than go on saying it starts."""
+    from specviz.core.errors import ModelUnavailable
+    from specviz.ui import loading
+    from specviz.ui import race as race_tab
+
+    def unreachable(name, **_):
+        raise ModelUnavailable(f"{name}: the hub cannot be reached")
+
+    monkeypatch.setattr(loading, "load_model", unreachable)
+    raw = RawClient(server)
+    race = next(d for d in raw.config["dependencies"] if d["api_name"] == "race")
+    components = {c["id"]: c for c in raw.config["components"]}
+    given = iter(["janus-pro", *RACE[1:], "live"])
+    values = [None if components[i]["type"] == "state" else next(given) for i in race["inputs"]]
+    body = {"data": values, "fn_index": race["id"], "session_hash": raw.session, "event_data": None}
+    event = httpx.post(f"{raw.api}/queue/join", json=body).json()["event_id"]
+    summary = race["outputs"].index(
+        next(i for i in race["outputs"] if components[i].get("props", {}).get("elem_id") == "race-summary")
+    )
+    frames = []
+    with httpx.stream("GET", f"{raw.api}/queue/data", params={"session_hash": raw.session}, timeout=60) as stream:
+        for line in stream.iter_lines():
+            message = json.loads(line[5:]) if line.startswith("data:") else {}
+            if message.get("event_id") != event:
+                continue
+            if message.get("msg") in ("process_generating", "process_completed") and message.get("output"):
+                frames.append(message)
+            if message.get("msg") == "process_completed":
+                break
+    assert not frames[-1]["success"] and "hub cannot be reached" in str(frames[-1]["output"]), frames[-1]
+    shown = [frame["output"]["data"][summary] for frame in frames if frame["output"].get("data")]
+    assert shown and shown[-1] == race_tab.RACE_STOPPED, shown

@@ -560,7 +560,11 @@ def wire(tab: RaceTab, controls: Controls, runs: gr.State, iteration: gr.Slider,
         @outputs.set_by
         def race(data: dict) -> Iterator[dict]:
             request = controls.request(data)
-            request.check(get_model(request.model))  # refused here, before any work or GPU slot
+            try:  # refused here, before any work or GPU slot (a model not loaded yet loads here, first)
+                request.check(get_model(request.model))
+            except Exception:  # the page shows the message; the summary must not go on saying the race starts
+                yield {"summary": RACE_STOPPED, "activity": None}
+                raise
             yield from frames(request, data[tab.speed] == "slow", opens_on, data[tab.press])
 
         return race
