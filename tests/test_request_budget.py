@@ -426,27 +426,10 @@ def test_run_pressed_on_a_model_not_loaded_yet_answers_at_once_without_loading_i
     assert said.startswith(activity.STARTING.rstrip(".*")) and "janus-pro loads first" in said  # Stop: before it began
 
 
-def test_a_race_whose_model_fails_to_load_says_it_stopped(server, monkeypatch):
-    """The press said the model loads first; where the load fails (weights missing, hub unreachable), the summary
-    says the race stopped beside the message, rather than go on saying it starts."""
-    from specviz.core.errors import ModelUnavailable
-    from specviz.ui import loading
-    from specviz.ui import race as race_tab
-
-    def unreachable(name, **_):
-        raise ModelUnavailable(f"{name}: the hub cannot be reached")
-
-    monkeypatch.setattr(loading, "load_model", unreachable)
-    raw = RawClient(server)
-    race = next(d for d in raw.config["dependencies"] if d["api_name"] == "race")
-    components = {c["id"]: c for c in raw.config["components"]}
-    given = iter(["janus-pro", *RACE[1:], "live"])
-    values = [None if components[i]["type"] == "state" else next(given) for i in race["inputs"]]
-    body = {"data": values, "fn_index": race["id"], "session_hash": raw.session, "event_data": None}
+def _streamed(raw: RawClient, dependency: dict, values: list) -> list[dict]:
+    """The messages of one queued call that carry its outputs, to its end."""
+    body = {"data": values, "fn_index": dependency["id"], "session_hash": raw.session, "event_data": None}
     event = httpx.post(f"{raw.api}/queue/join", json=body).json()["event_id"]
-    summary = race["outputs"].index(
-        next(i for i in race["outputs"] if components[i].get("props", {}).get("elem_id") == "race-summary")
-    )
     frames = []
     with httpx.stream("GET", f"{raw.api}/queue/data", params={"session_hash": raw.session}, timeout=60) as stream:
         for line in stream.iter_lines():
@@ -456,7 +439,54 @@ def test_a_race_whose_model_fails_to_load_says_it_stopped(server, monkeypatch):
             if message.get("msg") in ("process_generating", "process_completed") and message.get("output"):
                 frames.append(message)
             if message.get("msg") == "process_completed":
-                break
+                return frames
+    raise AssertionError("the call never completed")
+
+
+@pytest.fixture
+def hub_unreachable(monkeypatch):
+    from specviz.core.errors import ModelUnavailable
+    from specviz.ui import loading
+
+    def unreachable(name, **_):
+        raise ModelUnavailable(f"{name}: the hub cannot be reached")
+
+    monkeypatch.setattr(loading, "load_model", unreachable)
+
+
+def test_a_race_whose_model_fails_to_load_says_it_stopped(server, hub_unreachable):
+    """The press said the model loads first; where the load fails (weights missing, hub unreachable), the summary
+    says the race stopped beside the message, rather than go on saying it starts."""
+    from specviz.ui import race as race_tab
+
+    raw = RawClient(server)
+    race = next(d for d in raw.config["dependencies"] if d["api_name"] == "race")
+    components = {c["id"]: c for c in raw.config["components"]}
+    given = iter(["janus-pro", *RACE[1:], "live"])
+    values = [None if components[i]["type"] == "state" else next(given) for i in race["inputs"]]
+    summary = race["outputs"].index(
+        next(i for i in race["outputs"] if components[i].get("props", {}).get("elem_id") == "race-summary")
+    )
+    frames = _streamed(raw, race, values)
     assert not frames[-1]["success"] and "hub cannot be reached" in str(frames[-1]["output"]), frames[-1]
     shown = [frame["output"]["data"][summary] for frame in frames if frame["output"].get("data")]
     assert shown and shown[-1] == race_tab.RACE_STOPPED, shown
+
+
+def test_a_comparison_says_its_model_loads_first_and_that_nothing_was_compared_when_it_fails(server, hub_unreachable):
+    raw = RawClient(server)
+    compare = next(d for d in raw.config["dependencies"] if d["api_name"] == "compare")
+    components = {c["id"]: c for c in raw.config["components"]}
+    values = [components[i].get("props", {}).get("value") for i in compare["inputs"]]
+    model = next(i for i, c in enumerate(compare["inputs"]) if components[c].get("props", {}).get("label") == "Model")
+    values[model] = "janus-pro"
+    note = next(i for i, c in enumerate(compare["outputs"]) if components[c]["type"] == "markdown")
+    frames = _streamed(raw, compare, values)
+    assert not frames[-1]["success"] and "hub cannot be reached" in str(frames[-1]["output"]), frames[-1]
+    notes = []
+    # after its first value, a generator's output arrives as a diff: here a whole replacement
+    for frame in (frame for frame in frames if frame["output"].get("data")):
+        value = frame["output"]["data"][note]
+        notes.append(value[0][2] if isinstance(value, list) and value and value[0][:2] == ["replace", []] else value)
+    assert notes[0].startswith("*Comparing once janus-pro has loaded"), notes
+    assert notes[-1] == "*Nothing was compared: the message above says why.*", notes
