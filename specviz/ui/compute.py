@@ -277,12 +277,15 @@ class Deadline:
         return self._pressed_since() not in (None, STOP)
 
     def stopped(self) -> bool:
-        """Whether the page's last press since this race's press was Stop."""
+        """Whether the page's last press since this race's press was Stop: a race that has not begun then never
+        does (one under way Gradio cancels)."""
         return self._pressed_since() == STOP
 
     def wanted(self) -> bool:
-        """Whether the visitor still waits for this request (always, where no queued event is known)."""
-        if self._pressed_since() is not None:
+        """Whether the visitor still waits for this request (always, where no queued event is known). Stop does not
+        count here: Gradio cancels the race it stops, whose summary is Stop's own line (ended here first, the race
+        put its failure's summary and message over it)."""
+        if self.superseded():
             return False
         return self._event is None or (self._event.alive and self._event in self._running())
 
