@@ -424,10 +424,14 @@ def test_run_pressed_on_a_model_not_loaded_yet_answers_at_once_without_loading_i
     model = next(i for i, c in enumerate(press["inputs"]) if components[c].get("props", {}).get("label") == "Model")
     assert values[model] == "tiny" and loading.loaded_model("janus-pro") is None
     values[model] = "janus-pro"
-    assert raw.call(press["id"], values) == ("ok", None)
-    assert loads == []
-    said = activity.starting(None, None, loading="janus-pro")
-    assert said.startswith(activity.STARTING.rstrip(".*")) and "janus-pro loads first" in said  # Stop: before it began
+    summary = press["outputs"].index(
+        next(i for i in press["outputs"] if components[i].get("props", {}).get("elem_id") == "race-summary")
+    )
+    frames = _streamed(raw, press, values)
+    assert frames[-1]["success"] and loads == [], frames[-1]
+    said = frames[-1]["output"]["data"][summary]
+    assert said == activity.starting(None, None, loading="janus-pro") and "janus-pro loads first" in said, said
+    assert said.startswith(activity.STARTING.rstrip(".*"))  # so Stop says the race had not begun
 
 
 def _streamed(raw: RawClient, dependency: dict, values: list) -> list[dict]:

@@ -246,11 +246,12 @@ def wire_compare(tab: CompareTab, controls: Controls) -> Dependency:
         request = controls.request(data, method=BASELINE)
         if loaded_model(request.model) is None:  # its first load (minutes for a released model) said, not silent
             check_prompt(request.prompt)
-            yield {"note": f"*Comparing once {request.model} has loaded ({FIRST_LOAD})...*"}
+            # comparing: Stop during the load then says it stopped, rather than leave this line standing
+            yield {"note": f"*Comparing once {request.model} has loaded ({FIRST_LOAD})...*", "comparing": True}
             try:
                 get_model(request.model)
             except Exception:  # the page shows the message; the note must not go on saying it loads
-                yield {"note": "*Nothing was compared: the message above says why.*"}
+                yield {"note": "*Nothing was compared: the message above says why.*", "comparing": False}
                 raise
         request.check(get_model(request.model), selected)  # refused here, before any work or GPU slot
         yield from frames(request, selected, data[controls.large], data[controls.dark])
