@@ -346,29 +346,40 @@ def per_tree(trace: Trace) -> dict[str, np.ndarray]:
     }
 
 
-def tree_layout(parents: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def tree_layout(parents: list[int], spine: list[int] | tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
     """Where to draw a tree: (depth, slot) of the head (index 0) and of every node i (index i + 1),
-    `parents[i]` its parent (-1: the head), parents before children. Leaves take consecutive slots in
-    depth-first order, siblings in index order (the order they were tested), and a parent sits midway
-    between its first and last child, so edges never cross."""
-    children: list[list[int]] = [[] for _ in range(len(parents) + 1)]
-    for node, parent in enumerate(parents):
-        children[parent + 1].append(node + 1)
-    depth = np.zeros(len(parents) + 1, dtype=int)
-    slot = np.zeros(len(parents) + 1)
-    leaves, stack = 0, [0]
-    while stack:
-        row = stack.pop()
-        for child in children[row]:
-            depth[child] = depth[row] + 1
-        if not children[row]:
-            slot[row] = leaves
-            leaves += 1
-        stack.extend(reversed(children[row]))
-    for row in reversed(range(len(parents) + 1)):  # children come after their parents
-        if children[row]:
-            slot[row] = (slot[children[row][0]] + slot[children[row][-1]]) / 2
-    return depth, slot
+    `parents[i]` its parent (-1: the head), parents before children; `spine` the nodes of a path down from
+    the head (the accepted path and the token drawn after it).
+
+    The head and the spine lie on one straight line, so the path reads at a glance however wide the branches
+    beside it. Each depth's nodes keep their parents' order, siblings in index order (the order they were
+    tested): those before the spine's node go above the line, the rest below, so edges never cross. Each node
+    sits level with its parent where its column has room, else as near as the nodes before it allow, and the
+    line has half a slot more room either side for its labels. Where leaves once took a slot each, with
+    parents midway (a PEANUT pass's accepted path then climbed 20 leaves, its head a drag away), a depth's
+    nodes now sit near their parents: the figure is as tall as its widest depth, not its leaves."""
+    parent_row = [-1, *(parent + 1 for parent in parents)]
+    depth = np.zeros(len(parent_row), dtype=int)
+    for row in range(1, len(parent_row)):
+        depth[row] = depth[parent_row[row]] + 1
+    on_spine = {0, *(node + 1 for node in spine)}
+    slot = np.zeros(len(parent_row))
+    order = np.zeros(len(parent_row), dtype=int)  # a row's place in its depth's column
+    for level in range(1, int(depth.max()) + 1):
+        column = sorted(np.flatnonzero(depth == level), key=lambda row: (order[parent_row[row]], row))
+        order[column] = range(len(column))
+        ideal = [slot[parent_row[row]] for row in column]  # non-decreasing: parents keep their order
+        on_line = [i for i, row in enumerate(column) if row in on_spine]
+        # the nodes before the spine's go above the line; past the spine's end, those of parents above it
+        split = on_line[0] if on_line else next((i for i, at in enumerate(ideal) if at >= 0), len(column))
+        edge = 0.0
+        for i in reversed(range(split)):  # above the line, outwards from it
+            edge = slot[column[i]] = min(ideal[i], edge - 1)
+        edge = -1.0
+        for i in range(split, len(column)):  # the spine's node (at 0) and below it
+            edge = slot[column[i]] = 0.0 if column[i] in on_spine else max(ideal[i], edge + 1)
+    slot = np.where(slot < 0, slot - 0.5, np.where(slot > 0, slot + 0.5, slot))  # room for the line's labels
+    return depth, slot - slot.min()
 
 
 def drawn_after(iteration: Iteration) -> int | None:

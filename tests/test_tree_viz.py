@@ -140,10 +140,43 @@ def test_numbers_of_the_small_trace(small):
     assert window_title(small, 1) == "iteration 1/2: 5 drafts in a tree, 2 accepted, +1 drawn after them"
 
 
-def test_tree_layout_puts_leaves_in_order_and_parents_between_their_children():
-    depth, slot = tree_layout([-1, -1, 0, 0])  # the head, then nodes 0..3
+def test_tree_layout_worked_out():
+    """The head, then nodes 0..3: 0 and 1 under the head, 2 and 3 under node 0."""
+    depth, slot = tree_layout([-1, -1, 0, 0])
     assert depth.tolist() == [0, 1, 1, 2, 2]
-    assert slot.tolist() == [1.25, 0.5, 2.0, 0.0, 1.0]
+    assert slot.tolist() == [0.0, 0.0, 1.5, 0.0, 1.5]  # children level with their parent, then below
+    # node 1 accepted: the head level with it, node 0 (tested before it) above with its children
+    assert tree_layout([-1, -1, 0, 0], spine=[1])[1].tolist() == [2.5, 1.0, 2.5, 0.0, 1.0]
+    # nodes 0 then 3: node 1 (tested after node 0) below the line, node 2 (before node 3) above it
+    assert tree_layout([-1, -1, 0, 0], spine=[0, 3])[1].tolist() == [1.5, 1.5, 3.0, 0.0, 1.5]
+
+
+def test_tree_layout_draws_the_path_straight_keeps_each_depth_in_order_and_crosses_no_edges():
+    """On random trees and paths: the head and the path on one line with room for its labels, a depth's nodes
+    in their parents' order (then their own), at least a slot apart, so that no two edges cross."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        parents = [-1]
+        for node in range(1, int(rng.integers(1, 60))):
+            parents.append(int(rng.integers(-1, node)))
+        node, spine = int(rng.integers(-1, len(parents))), []
+        while node >= 0:
+            spine.insert(0, node)
+            node = parents[node]
+        depth, slot = tree_layout(parents, spine)
+        rows = [-1, *parents]  # each row's parent node; row r is node r - 1
+        assert all(depth[r] == depth[rows[r] + 1] + 1 for r in range(1, len(rows)))
+        line = slot[0]
+        assert slot.min() == 0 and all(slot[node + 1] == line for node in spine)
+        for level in range(1, int(depth.max()) + 1):
+            column = sorted(np.flatnonzero(depth == level), key=lambda r: slot[r])
+            gaps = np.diff(slot[column])
+            assert (gaps >= 1).all()
+            # ordered by parent's place, then by index: so edges between two depths never cross
+            keys = [(slot[rows[r] + 1], r) for r in column]
+            assert keys == sorted(keys)
+            off_line = [r for r in column if slot[r] != line]
+            assert all(abs(slot[r] - line) >= 1.5 for r in off_line) or len(spine) < level
 
 
 def test_depth_map_is_the_depth_of_each_accepted_path(eagle2_trace):
@@ -439,8 +472,9 @@ def test_a_tree_with_a_long_chain_opens_on_its_branching(tiny):
 
 def test_a_tall_tree_opens_on_the_leaves_around_its_accepted_path(tiny):
     """PEANUT's preset pass has 43 leaves: the figure opened on its first, refused branches and the accepted
-    path was a page further down. It now opens, at a legible 30 px a leaf, on the leaves around the path and
-    the token drawn after it, and says how to reach the rest."""
+    path was a page further down; later, on the path's end with its head 20 leaves up, a drag away. It now
+    opens, at a legible 30 px a leaf, on the whole path drawn straight from the head to the token drawn after
+    it, and says how to reach the rest."""
     from specviz.viz.trees import SLOT_PIXELS, TALL_TREE_HEIGHT, TREE_MARGINS
 
     trace = run(tiny, "peanut", "red apple", 0, params={"drafter": "head"})
@@ -458,9 +492,8 @@ def test_a_tall_tree_opens_on_the_leaves_around_its_accepted_path(tiny):
         drawn = next((t for t in figure.data if t.name == NODES["drawn"][2]), None)  # none at the image's end
         assert figure.layout.height == TALL_TREE_HEIGHT
         assert bottom - top == (TALL_TREE_HEIGHT - TREE_MARGINS) // SLOT_PIXELS + 0.5
-        accepted = list(path.y)[1:] if path is not None else []  # the path's nodes after the head
-        fits = not accepted or max(accepted) - min(accepted) <= bottom - top - 1.5
-        shown = accepted if fits else accepted[-1:]  # else its end
+        line = list(path.y) if path is not None else []  # the head and the accepted path
         drawn_y = list(drawn.y) if drawn is not None else []
-        assert all(top < y < bottom for y in [*shown, *drawn_y]), (j, figure.layout.yaxis.range, accepted)
+        assert len(set(line + drawn_y)) <= 1, (j, line, drawn_y)  # one straight line
+        assert all(top < y < bottom for y in [*line, *drawn_y]), (j, figure.layout.yaxis.range, line)
     assert panned >= 3

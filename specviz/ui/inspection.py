@@ -46,8 +46,9 @@ READING_GUIDE = """
   whose confidence passes its threshold, and the cell's hover says so.
 - **Draft tree (eagle2, peanut)**: one pass verifies a whole tree of guesses below the decided head
   token; the path of accepted nodes is committed, then one more token is drawn from what the model
-  left after the refused siblings. Any drafter's guesses give exact samples; a better drafter only
-  makes the accepted path longer.
+  left after the refused siblings. The head, the accepted path and that token lie on one straight
+  line; at each depth the siblings tested before the path's node sit above it, the rest below. Any
+  drafter's guesses give exact samples; a better drafter only makes the accepted path longer.
 - **Continuous tokens (tiny-continuous: cspd, cspd-exact)**: a token is 12 numbers, drawn by a small
   diffusion head in 25 denoising steps; a draft model proposes gamma tokens, the target checks them in
   one pass. The bars give each draft's acceptance probability min(1, r) (its value under the bar) and

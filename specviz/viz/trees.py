@@ -64,7 +64,7 @@ TALL_TREE_HEIGHT = 900  # at most: a taller tree opens on the leaves around its 
 WIDE_TREE_MARGINS = 280  # the same in a wide figure: a title of up to three lines, the axis, the legend
 # a wide figure's tree grows downwards: its leaves share about this many pixels across (a half-width plot on a
 # 1280 px projector, less its depth axis); the depths it opens on; the room a token's label needs beside its node;
-# the room beside the outer leaves, in leaves (for the labels right of the last)
+# the room beside the outer leaves, in leaves (for the labels left of the accepted path)
 WIDE_TREE_PIXELS = 480
 WIDE_SHOWN_DEPTH = 6  # at least; more where the accepted path goes deeper (up to SHOWN_DEPTH)
 LABEL_PIXELS = 36
@@ -125,7 +125,7 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
     # where each row is drawn: (depth, slot) across and down, or grown downwards (slot, depth) in a wide figure
     place = (drawing.slot, drawing.depth) if wide else (drawing.depth, drawing.slot)
     _draw_branches(fig, drawing, it.path, palette, place)
-    leaves = int(drawing.slot.max()) + 1
+    span = float(drawing.slot.max()) + 1  # the leaves, and the room beside the accepted path
     top = int(drawing.depth.max())
     # the depths the figure opens on: a long chain (sjd-pac's) is panned to, so the branching stays legible; a
     # wide figure has room for fewer, but opens on the whole path and the token drawn after it
@@ -133,44 +133,38 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
     shown = min(top, max(WIDE_SHOWN_DEPTH, min(reach, SHOWN_DEPTH)) if wide else SHOWN_DEPTH)
     if wide:
         height = WIDE_HEIGHT
-        room = min(WIDE_TREE_PIXELS / leaves, (WIDE_HEIGHT - WIDE_TREE_MARGINS) / (shown + 1))
+        room = min(WIDE_TREE_PIXELS / span, (WIDE_HEIGHT - WIDE_TREE_MARGINS) / (shown + 1))
         size = min(11, max(5, room - 1))
-        labelled = {"head", "accepted", "drawn"} if WIDE_TREE_PIXELS / leaves >= LABEL_PIXELS else set()
+        labelled = {"head", "accepted", "drawn"} if WIDE_TREE_PIXELS / span >= LABEL_PIXELS else set()
     else:
-        height = max(480, min(TALL_TREE_HEIGHT, SLOT_PIXELS * leaves + TREE_MARGINS))
+        height = max(480, min(TALL_TREE_HEIGHT, SLOT_PIXELS * math.ceil(span) + TREE_MARGINS))
         size = 16 if large else 11
         labelled = {"head", "accepted", "drawn"}  # a leaf's room is SLOT_PIXELS: a tree taller pans instead
     _draw_nodes(fig, drawing, size, labelled, palette, place, beside=wide)
     title += _depth_axis(fig, it.start, top, shown, down=wide)
     if wide:
-        fig.update_xaxes(range=[-0.5 - WIDE_SLOT_PAD, leaves - 0.5 + WIDE_SLOT_PAD], visible=False)
+        fig.update_xaxes(range=[-0.5 - WIDE_SLOT_PAD, span - 0.5 + WIDE_SLOT_PAD], visible=False)
     else:
-        low, high = _slots_shown(drawing, it.path, leaves, (height - TREE_MARGINS) // SLOT_PIXELS)
+        low, high = _slots_shown(drawing, span, (height - TREE_MARGINS) // SLOT_PIXELS)
         fig.update_yaxes(range=[high + 0.5, low - 1], visible=False)
-        if high - low + 1 < leaves:
-            title += f"<br>leaves {low}-{high} of {leaves} shown, around the accepted path: drag up or down"
+        parents = set(drawing.parents)  # a row is node row - 1, the head -1
+        leaves = drawing.slot[[row for row in range(len(drawing.kind)) if row - 1 not in parents]]
+        in_view = int(((leaves >= low - 0.5) & (leaves <= high + 0.5)).sum())
+        if in_view < len(leaves):
+            title += f"<br>{in_view} of its {len(leaves)} leaves shown, around the accepted path: drag up or down"
     fig.update_layout(legend=WIDE_LEGEND if wide else LEGEND_BELOW)
     shape = _asked_shape(it)
     fig = _finish(fig, f"{title}<br>{shape}" if shape else title, height, dark, large, widths=WIDE_TITLE if wide else 1)
     return fig.update_layout(margin={"b": 150 if large else 100 if wide else 110})
 
 
-def _slots_shown(drawing: _DrawnTree, path: list[int], leaves: int, room: int) -> tuple[int, int]:
-    """The first and last leaf slot a tall figure opens on: all of them where `room` holds them, else a
-    window of `room` slots around the accepted path (its nodes after the head) and the token drawn after it,
-    or, where the path spans more than the window, around its end, where the pass was decided (a PEANUT tree
+def _slots_shown(drawing: _DrawnTree, span: float, room: int) -> tuple[float, float]:
+    """The first and last slot a tall figure opens on: all of them where `room` holds them, else `room` slots
+    centred on the accepted path, which runs level with the head to the token drawn after it (a PEANUT tree
     of 43 leaves once opened on its refused first branches, its accepted path a page further down)."""
-    if leaves <= room:
-        return 0, leaves - 1
-    end = [len(drawing.kind) - 1] if drawing.kind[-1] == "drawn" else []
-    rows = [node + 1 for node in path] + end
-    if not rows:
-        rows = [0]
-    slots = drawing.slot[rows]
-    if slots.max() - slots.min() > room - 1:  # the whole path cannot show: its end, and the drawn token
-        slots = drawing.slot[rows[-2:]]
-    centre = (float(slots.min()) + float(slots.max())) / 2
-    low = int(min(max(0, round(centre - (room - 1) / 2)), leaves - room))
+    if span <= room:
+        return 0, span - 1
+    low = min(max(0.0, float(drawing.slot[0]) - (room - 1) / 2), span - room)
     return low, low + room - 1
 
 
@@ -189,7 +183,8 @@ class _DrawnTree(NamedTuple):
 def _drawn_tree(trace: Trace, it: Iteration, tree: DraftTree) -> _DrawnTree:
     drawn = drawn_after(it)
     parents = tree.parents + ([it.path[-1] if it.path else -1] if drawn is not None else [])
-    depth, slot = tree_layout(parents)
+    spine = [*it.path, len(tree.parents)] if drawn is not None else it.path
+    depth, slot = tree_layout(parents, spine)
     kind = ["head", *tree.fate] + (["drawn"] if drawn is not None else [])
     tokens = [trace.tokens[it.start - 1], *tree.tokens] + ([drawn] if drawn is not None else [])
     return _DrawnTree(parents, kind, depth, slot, tokens, _node_hover(trace, it, tree, drawn))
@@ -262,7 +257,8 @@ def _draw_nodes(
     beside: bool = False,
 ) -> None:
     """The nodes at `place` (each row's x and y), one trace per kind (its colour, symbol and legend entry), the
-    `labelled` kinds' tokens written above them (`beside`: right of them, as in a tree grown downwards)."""
+    `labelled` kinds' tokens written above them, the drawn token's right of it (`beside`, a tree grown downwards:
+    left of them, clear of the edges that leave the path to the right)."""
     x, y = place
     for name, (color, symbol, label) in NODES.items():
         rows = [row for row, k in enumerate(drawing.kind) if k == name]
@@ -274,7 +270,7 @@ def _draw_nodes(
                 y=y[rows],
                 mode="markers+text" if name in labelled else "markers",
                 text=[str(drawing.tokens[row]) for row in rows] if name in labelled else None,
-                textposition="middle right" if beside or name == "drawn" else "top center",
+                textposition="middle left" if beside else "middle right" if name == "drawn" else "top center",
                 marker={
                     "color": palette[color],
                     "symbol": symbol,
