@@ -475,25 +475,70 @@ def test_a_tall_tree_opens_on_the_leaves_around_its_accepted_path(tiny):
     path was a page further down; later, on the path's end with its head 20 leaves up, a drag away. It now
     opens, at a legible 30 px a leaf, on the whole path drawn straight from the head to the token drawn after
     it, and says how to reach the rest."""
-    from specviz.viz.trees import SLOT_PIXELS, TALL_TREE_HEIGHT, TREE_MARGINS
+    from specviz.viz.figures import LARGE_EXTRA_HEIGHT
+    from specviz.viz.trees import TALL_TREE_HEIGHT
 
     trace = run(tiny, "peanut", "red apple", 0, params={"drafter": "head"})
     panned = 0
     for j, it in enumerate(trace.iterations):
         if it.kind != "tree" or it.tree is None:
             continue
-        figure = tree_figure(trace, j)
-        bottom, top = figure.layout.yaxis.range
-        if "drag up or down" not in figure.layout.title.text:  # all its leaves fit
-            assert top == -1  # from the first leaf
-            continue
-        panned += 1
-        path = next((t for t in figure.data if t.line.width == 4), None)  # none where nothing was accepted
-        drawn = next((t for t in figure.data if t.name == NODES["drawn"][2]), None)  # none at the image's end
-        assert figure.layout.height == TALL_TREE_HEIGHT
-        assert bottom - top == (TALL_TREE_HEIGHT - TREE_MARGINS) // SLOT_PIXELS + 0.5
-        line = list(path.y) if path is not None else []  # the head and the accepted path
-        drawn_y = list(drawn.y) if drawn is not None else []
-        assert len(set(line + drawn_y)) <= 1, (j, line, drawn_y)  # one straight line
-        assert all(top < y < bottom for y in [*line, *drawn_y]), (j, figure.layout.yaxis.range, line)
+        for large in (False, True):
+            figure = tree_figure(trace, j, large=large)
+            bottom, top = figure.layout.yaxis.range
+            assert _pixels_per_slot(figure) >= (44 if large else 30) - 1e-9, (j, large)  # a node and a label
+            path = next((t for t in figure.data if t.line.width == 4), None)  # none where nothing was accepted
+            drawn = next((t for t in figure.data if t.name == NODES["drawn"][2]), None)  # none at the image's end
+            line = list(path.y) if path is not None else []  # the head and the accepted path
+            drawn_y = list(drawn.y) if drawn is not None else []
+            assert len(set(line + drawn_y)) <= 1, (j, line, drawn_y)  # one straight line
+            assert all(top < y < bottom for y in [*line, *drawn_y]), (j, figure.layout.yaxis.range, line)
+            nodes = [y for t in figure.data if t.mode and "markers" in t.mode for y in t.y]
+            if "drag up or down" not in figure.layout.title.text.replace("<br>", " "):  # all its nodes fit, whole
+                assert top < min(nodes) and max(nodes) < bottom
+                continue
+            panned += not large
+            assert figure.layout.height == TALL_TREE_HEIGHT + (LARGE_EXTRA_HEIGHT if large else 0)
     assert panned >= 3
+
+
+def _pixels_per_slot(figure) -> float:
+    """The height of a tree figure's plot over the slots its y axis spans."""
+    bottom, top = figure.layout.yaxis.range
+    plot = figure.layout.height - figure.layout.margin.t - figure.layout.margin.b
+    return plot / (bottom - top)
+
+
+def test_a_tokens_label_sits_on_the_side_its_childrens_edges_do_not_leave_by(tiny):
+    """On a projector an accepted node's label sat left of it, on the two edges to its refused children there;
+    a label now goes to the side with fewer of its children (above or below it, or left or right of it in a tree
+    grown downwards)."""
+    trace = run(tiny, "eagle2", "red apple", 0)
+    checked = 0
+    for j, it in enumerate(trace.iterations):
+        if it.kind != "tree" or it.tree is None:
+            continue
+        for wide in (False, True):
+            figure = tree_figure(trace, j, wide=wide)
+            down = "x" if wide else "y"  # the axis siblings spread along
+            for kind in ("head", "accepted"):
+                nodes = next((t for t in figure.data if t.name == NODES[kind][2] and t.text is not None), None)
+                if nodes is None:
+                    continue
+                for x, y, side in zip(nodes.x, nodes.y, nodes.textposition, strict=True):
+                    here = {"x": x, "y": y}
+                    # the node's children: the ends of its edges one depth further on
+                    edges = next(t for t in figure.data if t.mode == "lines" and t.line.width == 1)
+                    ends = list(zip(edges.x, edges.y, strict=True))
+                    children = [
+                        dict(zip("xy", end, strict=True))
+                        for start, end in zip(ends[0::3], ends[1::3], strict=True)
+                        if start == (x, y)
+                    ]
+                    before = sum(child[down] < here[down] for child in children)
+                    after = sum(child[down] > here[down] for child in children)
+                    # y grows downwards in a figure grown across (its axis reversed), x rightwards in a wide one
+                    free = ("middle left", "middle right") if wide else ("top center", "bottom center")
+                    assert side == free[int(before > after)], (j, wide, kind, before, after, side)
+                    checked += 1
+    assert checked > 100

@@ -44,6 +44,7 @@ from specviz.viz.palette import BACKGROUND, LABELS, NOW_LABEL, OKABE_ITO, STATES
 # normal type, 13.6 in large type, whose smallest plots are on a 1280 px projector)
 TITLE_CHARS = {False: 34, True: 24}
 MESSAGE_CHARS = {False: 56, True: 32}  # characters per line of a message in place of a plot, likewise
+LARGE_EXTRA_HEIGHT = 120  # large type's figures are this much taller than asked
 TITLE_PAD = {False: 40, True: 64}  # pixels above a title (normal, large type): the app lays its plot label
 # and toolbar over the top of the figure
 SUBPLOT_TITLE_SIZE = 16  # what make_subplots sets its titles' font to
@@ -75,23 +76,29 @@ def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool, wi
     """Apply the shared theme, title and height. Titles are wrapped to fit a half-width plot (`widths`
     2: a plot across the page), and the top margin is sized to their lines, a legend above the plot and
     an axis on top, so with large type none is clipped nor runs into another."""
-    chars = int(TITLE_CHARS[large] * widths)
-    title = "<br>".join("<br>".join(textwrap.wrap(line, chars)) for line in title.split("<br>"))
-    style = theme(dark, large)
-    font = style["font"]["size"]
     legend_above = fig.layout.legend.y is not None and fig.layout.legend.y > 1
-    pad = TITLE_PAD[large]
     axis_above = fig.layout.xaxis.side == "top"  # its ticks and title go between the title and the plot
-    top = pad + 20 + (title.count("<br>") + 1) * int(1.6 * font) + (2 * font if legend_above else 0)
-    top += 3 * font if axis_above else 0
-    height += 120 if large else 0
+    title, top = title_margin(title, large, widths, legend_above, axis_above)
+    height += LARGE_EXTRA_HEIGHT if large else 0
     fig.update_layout(
-        **style,
-        title={"text": title, "y": 1 - pad / height, "yanchor": "top", "yref": "container"},
+        **theme(dark, large),
+        title={"text": title, "y": 1 - TITLE_PAD[large] / height, "yanchor": "top", "yref": "container"},
         margin={"t": top},
         height=height,
     )
     return fig
+
+
+def title_margin(
+    title: str, large: bool, widths: float = 1, legend_above: bool = False, axis_above: bool = False
+) -> tuple[str, int]:
+    """The title as `_finish` wraps it, and the top margin it gives the figure (a figure that sizes its plot
+    to what it holds, the draft tree, asks this first)."""
+    chars = int(TITLE_CHARS[large] * widths)
+    title = "<br>".join("<br>".join(textwrap.wrap(line, chars)) for line in title.split("<br>"))
+    font = theme(False, large)["font"]["size"]
+    top = TITLE_PAD[large] + 20 + (title.count("<br>") + 1) * int(1.6 * font) + (2 * font if legend_above else 0)
+    return title, top + (3 * font if axis_above else 0)
 
 
 def _subplot_titles_as_text(fig: go.Figure) -> go.Figure:

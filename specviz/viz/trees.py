@@ -29,12 +29,14 @@ from specviz.metrics import (
 )
 from specviz.trace import DraftTree, Iteration, Trace
 from specviz.viz.figures import (
+    LARGE_EXTRA_HEIGHT,
     WIDE_HEIGHT,
     WIDE_TITLE,
     _finish,
     _outline,
     _subplot_titles_as_text,
     message_figure,
+    title_margin,
     window_title,
 )
 from specviz.viz.palette import NOW_LABEL, OKABE_ITO, colors
@@ -58,8 +60,10 @@ LEGEND_BELOW = {"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "
 # a wide tree's nodes shrink with its leaves; the legend keeps its symbols at their usual size
 WIDE_LEGEND = {**LEGEND_BELOW, "itemsizing": "constant"}
 SHOWN_DEPTH = 12  # depths a tree figure opens on; deeper nodes are a drag away
-SLOT_PIXELS = 30  # vertical room per leaf of a drawn tree: enough for a token label above a node
-TREE_MARGINS = 300  # pixels of a tree figure outside its plot: title, axis, legend
+# vertical room per slot of a drawn tree (normal, large type): a node and a token's label above it
+SLOT_PIXELS = {False: 30, True: 44}
+TREE_BOTTOM = {False: 110, True: 150}  # pixels below a tree's plot: its depth axis and the legend
+MIN_TREE_PLOT = 200  # pixels of plot a tree figure keeps under however long a title
 TALL_TREE_HEIGHT = 900  # at most: a taller tree opens on the leaves around its accepted path, the rest a drag away
 WIDE_TREE_MARGINS = 280  # the same in a wide figure: a title of up to three lines, the axis, the legend
 # a wide figure's tree grows downwards: its leaves share about this many pixels across (a half-width plot on a
@@ -131,41 +135,57 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
     # wide figure has room for fewer, but opens on the whole path and the token drawn after it
     reach = int(drawing.depth[-1]) if drawing.kind[-1] == "drawn" else len(it.path)
     shown = min(top, max(WIDE_SHOWN_DEPTH, min(reach, SHOWN_DEPTH)) if wide else SHOWN_DEPTH)
+    shape = _asked_shape(it)
     if wide:
         height = WIDE_HEIGHT
         room = min(WIDE_TREE_PIXELS / span, (WIDE_HEIGHT - WIDE_TREE_MARGINS) / (shown + 1))
         size = min(11, max(5, room - 1))
         labelled = {"head", "accepted", "drawn"} if WIDE_TREE_PIXELS / span >= LABEL_PIXELS else set()
     else:
-        height = max(480, min(TALL_TREE_HEIGHT, SLOT_PIXELS * math.ceil(span) + TREE_MARGINS))
         size = 16 if large else 11
-        labelled = {"head", "accepted", "drawn"}  # a leaf's room is SLOT_PIXELS: a tree taller pans instead
+        labelled = {"head", "accepted", "drawn"}  # a slot has room for a label: a tree taller pans instead
     _draw_nodes(fig, drawing, size, labelled, palette, place, beside=wide)
     title += _depth_axis(fig, it.start, top, shown, down=wide)
     if wide:
         fig.update_xaxes(range=[-0.5 - WIDE_SLOT_PAD, span - 0.5 + WIDE_SLOT_PAD], visible=False)
+        title += f"<br>{shape}" if shape else ""
     else:
-        low, high = _slots_shown(drawing, span, (height - TREE_MARGINS) // SLOT_PIXELS)
-        fig.update_yaxes(range=[high + 0.5, low - 1], visible=False)
-        parents = set(drawing.parents)  # a row is node row - 1, the head -1
-        leaves = drawing.slot[[row for row in range(len(drawing.kind)) if row - 1 not in parents]]
-        in_view = int(((leaves >= low - 0.5) & (leaves <= high + 0.5)).sum())
-        if in_view < len(leaves):
-            title += f"<br>{in_view} of its {len(leaves)} leaves shown, around the accepted path: drag up or down"
+        height, (first, last), title = _tall_view(drawing, span, title, shape, large)
+        # every node from `first` to `last` whole, and room above the first for its label
+        fig.update_yaxes(range=[last + 0.25, first - 0.75], visible=False)
     fig.update_layout(legend=WIDE_LEGEND if wide else LEGEND_BELOW)
-    shape = _asked_shape(it)
-    fig = _finish(fig, f"{title}<br>{shape}" if shape else title, height, dark, large, widths=WIDE_TITLE if wide else 1)
-    return fig.update_layout(margin={"b": 150 if large else 100 if wide else 110})
+    fig = _finish(fig, title, height, dark, large, widths=WIDE_TITLE if wide else 1)
+    return fig.update_layout(margin={"b": 150 if large else 100 if wide else TREE_BOTTOM[large]})
 
 
-def _slots_shown(drawing: _DrawnTree, span: float, room: int) -> tuple[float, float]:
-    """The first and last slot a tall figure opens on: all of them where `room` holds them, else `room` slots
-    centred on the accepted path, which runs level with the head to the token drawn after it (a PEANUT tree
-    of 43 leaves once opened on its refused first branches, its accepted path a page further down)."""
-    if span <= room:
-        return 0, span - 1
-    low = min(max(0.0, float(drawing.slot[0]) - (room - 1) / 2), span - room)
-    return low, low + room - 1
+def _tall_view(
+    drawing: _DrawnTree, span: float, title: str, shape: str, large: bool
+) -> tuple[int, tuple[float, float], str]:
+    """A tree grown across: the figure's height, the first and last slot in view, and the title. The plot
+    gives each slot SLOT_PIXELS whatever the title takes (in large type a title of nine lines once left 16
+    px a slot, and a node hid its neighbour's label); a tree taller than TALL_TREE_HEIGHT opens on the slots
+    around its accepted path, and the title says how many of its leaves are in view."""
+    slot, bottom, extra = SLOT_PIXELS[large], TREE_BOTTOM[large], LARGE_EXTRA_HEIGHT if large else 0
+    parents = set(drawing.parents)  # a row is node row - 1, the head -1; the drawn token is not the tree's
+    leaves = drawing.slot[[row for row, kind in enumerate(drawing.kind) if row - 1 not in parents and kind != "drawn"]]
+
+    def titled(pan: str) -> tuple[str, int]:
+        full = title + pan + (f"<br>{shape}" if shape else "")
+        return full, title_margin(full, large)[1] + bottom - extra  # the figure's height less its plot
+
+    full, outside = titled("")
+    height = max(480, outside + MIN_TREE_PLOT, min(TALL_TREE_HEIGHT, outside + slot * math.ceil(span)))
+    if (height - outside) / slot >= span:
+        return height, (0.0, span - 1), full
+    pan = " leaves shown, around the accepted path: drag up or down"
+    _, outside = titled(f"<br>{len(leaves)} of its {len(leaves)}{pan}")  # its longest
+    height = max(height, outside + MIN_TREE_PLOT)
+    room = max(1.0, (height - outside) / slot)
+    first = min(max(0.0, float(drawing.slot[0]) - (room - 1) / 2), span - room)
+    last = first + room - 1
+    in_view = int(((leaves >= first - 0.5) & (leaves <= last)).sum())  # the range's edges: see tree_figure
+    full, _ = titled(f"<br>{in_view} of its {len(leaves)}{pan}")
+    return height, (first, last), full
 
 
 class _DrawnTree(NamedTuple):
@@ -257,8 +277,7 @@ def _draw_nodes(
     beside: bool = False,
 ) -> None:
     """The nodes at `place` (each row's x and y), one trace per kind (its colour, symbol and legend entry), the
-    `labelled` kinds' tokens written above them, the drawn token's right of it (`beside`, a tree grown downwards:
-    left of them, clear of the edges that leave the path to the right)."""
+    `labelled` kinds' tokens written beside them (`_label_side`)."""
     x, y = place
     for name, (color, symbol, label) in NODES.items():
         rows = [row for row, k in enumerate(drawing.kind) if k == name]
@@ -270,7 +289,7 @@ def _draw_nodes(
                 y=y[rows],
                 mode="markers+text" if name in labelled else "markers",
                 text=[str(drawing.tokens[row]) for row in rows] if name in labelled else None,
-                textposition="middle left" if beside else "middle right" if name == "drawn" else "top center",
+                textposition=[_label_side(drawing, row, beside) for row in rows] if name in labelled else None,
                 marker={
                     "color": palette[color],
                     "symbol": symbol,
@@ -282,6 +301,21 @@ def _draw_nodes(
                 name=label,
             )
         )
+
+
+def _label_side(drawing: _DrawnTree, row: int, beside: bool) -> str:
+    """Where a row's token is written: on the side of its node that fewer of its children's edges leave by
+    (above or below it; `beside`, a tree grown downwards: left or right), so that no edge crosses it where one
+    side is free (on a projector, an accepted node's label once sat on the two edges to its refused children);
+    the token drawn after the path, at the line's end, right of it."""
+    if drawing.kind[row] == "drawn" and not beside:
+        return "middle right"
+    children = [slot for slot, parent in zip(drawing.slot[1:], drawing.parents, strict=True) if parent == row - 1]
+    before = sum(slot < drawing.slot[row] for slot in children)
+    after = sum(slot > drawing.slot[row] for slot in children)
+    if beside:
+        return "middle right" if before > after else "middle left"
+    return "bottom center" if before > after else "top center"
 
 
 def _depth_axis(fig: go.Figure, start: int, top: int, shown: int, down: bool = False) -> str:
