@@ -480,26 +480,30 @@ def test_a_tall_tree_opens_on_the_leaves_around_its_accepted_path(tiny):
 
     trace = run(tiny, "peanut", "red apple", 0, params={"drafter": "head"})
     panned = 0
-    for j, it in enumerate(trace.iterations):
-        if it.kind != "tree" or it.tree is None:
+    for j, large in _tree_passes(trace):
+        figure = tree_figure(trace, j, large=large)
+        bottom, top = figure.layout.yaxis.range
+        assert _pixels_per_slot(figure) >= (44 if large else 30) - 1e-9, (j, large)  # a node and a label
+        path = next((t for t in figure.data if t.line.width == 4), None)  # none where nothing was accepted
+        drawn = next((t for t in figure.data if t.name == NODES["drawn"][2]), None)  # none at the image's end
+        line = list(path.y) if path is not None else []  # the head and the accepted path
+        drawn_y = list(drawn.y) if drawn is not None else []
+        assert len(set(line + drawn_y)) <= 1, (j, line, drawn_y)  # one straight line
+        assert all(top < y < bottom for y in [*line, *drawn_y]), (j, figure.layout.yaxis.range, line)
+        nodes = [y for t in figure.data if t.mode and "markers" in t.mode for y in t.y]
+        if "drag up or down" not in figure.layout.title.text.replace("<br>", " "):  # all its nodes fit, whole
+            assert top < min(nodes) and max(nodes) < bottom
             continue
-        for large in (False, True):
-            figure = tree_figure(trace, j, large=large)
-            bottom, top = figure.layout.yaxis.range
-            assert _pixels_per_slot(figure) >= (44 if large else 30) - 1e-9, (j, large)  # a node and a label
-            path = next((t for t in figure.data if t.line.width == 4), None)  # none where nothing was accepted
-            drawn = next((t for t in figure.data if t.name == NODES["drawn"][2]), None)  # none at the image's end
-            line = list(path.y) if path is not None else []  # the head and the accepted path
-            drawn_y = list(drawn.y) if drawn is not None else []
-            assert len(set(line + drawn_y)) <= 1, (j, line, drawn_y)  # one straight line
-            assert all(top < y < bottom for y in [*line, *drawn_y]), (j, figure.layout.yaxis.range, line)
-            nodes = [y for t in figure.data if t.mode and "markers" in t.mode for y in t.y]
-            if "drag up or down" not in figure.layout.title.text.replace("<br>", " "):  # all its nodes fit, whole
-                assert top < min(nodes) and max(nodes) < bottom
-                continue
-            panned += not large
-            assert figure.layout.height == TALL_TREE_HEIGHT + (LARGE_EXTRA_HEIGHT if large else 0)
+        panned += not large
+        assert figure.layout.height == TALL_TREE_HEIGHT + (LARGE_EXTRA_HEIGHT if large else 0)
     assert panned >= 3
+
+
+def _tree_passes(trace):
+    """(iteration, False) and (iteration, True) for every pass that verified a tree."""
+    for j, it in enumerate(trace.iterations):
+        if it.kind == "tree" and it.tree is not None:
+            yield from ((j, False), (j, True))
 
 
 def _pixels_per_slot(figure) -> float:
@@ -515,30 +519,21 @@ def test_a_tokens_label_sits_on_the_side_its_childrens_edges_do_not_leave_by(tin
     grown downwards)."""
     trace = run(tiny, "eagle2", "red apple", 0)
     checked = 0
-    for j, it in enumerate(trace.iterations):
-        if it.kind != "tree" or it.tree is None:
-            continue
-        for wide in (False, True):
-            figure = tree_figure(trace, j, wide=wide)
-            down = "x" if wide else "y"  # the axis siblings spread along
-            for kind in ("head", "accepted"):
-                nodes = next((t for t in figure.data if t.name == NODES[kind][2] and t.text is not None), None)
-                if nodes is None:
-                    continue
-                for x, y, side in zip(nodes.x, nodes.y, nodes.textposition, strict=True):
-                    here = {"x": x, "y": y}
-                    # the node's children: the ends of its edges one depth further on
-                    edges = next(t for t in figure.data if t.mode == "lines" and t.line.width == 1)
-                    ends = list(zip(edges.x, edges.y, strict=True))
-                    children = [
-                        dict(zip("xy", end, strict=True))
-                        for start, end in zip(ends[0::3], ends[1::3], strict=True)
-                        if start == (x, y)
-                    ]
-                    before = sum(child[down] < here[down] for child in children)
-                    after = sum(child[down] > here[down] for child in children)
-                    # y grows downwards in a figure grown across (its axis reversed), x rightwards in a wide one
-                    free = ("middle left", "middle right") if wide else ("top center", "bottom center")
-                    assert side == free[int(before > after)], (j, wide, kind, before, after, side)
-                    checked += 1
+    for j, wide in _tree_passes(trace):
+        figure = tree_figure(trace, j, wide=wide)
+        down = 0 if wide else 1  # the axis siblings spread along: x in a tree grown downwards, else y
+        # y grows downwards in a figure grown across (its axis reversed), x rightwards in a wide one
+        free = ("middle left", "middle right") if wide else ("top center", "bottom center")
+        edges = next(t for t in figure.data if t.mode == "lines" and t.line.width == 1)
+        ends = list(zip(edges.x, edges.y, strict=True))
+        for kind in ("head", "accepted"):
+            nodes = next((t for t in figure.data if t.name == NODES[kind][2] and t.text is not None), None)
+            if nodes is None:  # no label drawn (a wide tree with many leaves), or no node of the kind
+                continue
+            for node, side in zip(zip(nodes.x, nodes.y, strict=True), nodes.textposition, strict=True):
+                children = [end for start, end in zip(ends[0::3], ends[1::3], strict=True) if start == node]
+                before = sum(child[down] < node[down] for child in children)
+                after = sum(child[down] > node[down] for child in children)
+                assert side == free[int(before > after)], (j, wide, kind, before, after, side)
+                checked += 1
     assert checked > 100
