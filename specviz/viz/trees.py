@@ -73,6 +73,7 @@ WIDE_TREE_PIXELS = 480
 WIDE_SHOWN_DEPTH = 6  # at least; more where the accepted path goes deeper (up to SHOWN_DEPTH)
 LABEL_PIXELS = 36
 WIDE_SLOT_PAD = 0.6
+WIDE_AXIS_TITLE_SIZE = 12  # the depth axis's title, written up the side of a short plot
 
 
 def _not_a_tree_run(trace: Trace, title: str, dark: bool, large: bool) -> go.Figure:
@@ -329,7 +330,9 @@ def _depth_axis(fig: go.Figure, start: int, top: int, shown: int, down: bool = F
         "zeroline": False,
     }
     if down:
-        fig.update_yaxes(range=[shown + 0.5, -0.5], title=f"depth (d drafts position {start} + d - 1)", **axis)
+        # along a plot of about 180 px: the longer wording ran past its top into the figure's title
+        title = {"text": f"depth d = position {start - 1} + d", "font": {"size": WIDE_AXIS_TITLE_SIZE}}
+        fig.update_yaxes(range=[shown + 0.5, -0.5], title=title, **axis)
     else:  # room for the label right of the drawn token
         title = f"depth in the tree (depth d drafts position {start} + d - 1)"
         fig.update_xaxes(range=[-0.5, shown + 0.9], title=title, **axis)
