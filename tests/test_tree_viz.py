@@ -491,6 +491,8 @@ def test_a_tall_tree_opens_on_the_leaves_around_its_accepted_path(tiny):
         assert len(set(line + drawn_y)) <= 1, (j, line, drawn_y)  # one straight line
         assert all(top < y < bottom for y in [*line, *drawn_y]), (j, figure.layout.yaxis.range, line)
         nodes = [y for t in figure.data if t.mode and "markers" in t.mode for y in t.y]
+        assert all(abs(y - edge) >= 0.25 for y in nodes for edge in (top, bottom))  # none cut in half
+        assert top <= line[0] - 1.25 and line[0] + 1.25 <= bottom  # room for the line's labels either side
         if "drag up or down" not in figure.layout.title.text.replace("<br>", " "):  # all its nodes fit, whole
             assert top < min(nodes) and max(nodes) < bottom
             continue

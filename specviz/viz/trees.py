@@ -59,11 +59,14 @@ DRAWN_LABEL = "drawn by the target (depth 0)"
 LEGEND_BELOW = {"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0.5, "xanchor": "center"}
 # a wide tree's nodes shrink with its leaves; the legend keeps its symbols at their usual size
 WIDE_LEGEND = {**LEGEND_BELOW, "itemsizing": "constant"}
-SHOWN_DEPTH = 12  # depths a tree figure opens on; deeper nodes are a drag away
+SHOWN_DEPTH = {False: 12, True: 8}  # depths a tree figure opens on (large type: fewer, wider apart); deeper a drag away
 # vertical room per slot of a drawn tree (normal, large type): a node and a token's label above it
 SLOT_PIXELS = {False: 30, True: 44}
-TREE_BOTTOM = {False: 110, True: 150}  # pixels below a tree's plot: its depth axis and the legend
+# pixels below a tree's plot: its depth axis and the legend, whose five entries take up to three rows (five in
+# large type) in a half-width plot; less, and plotly pushed the plot up to fit them (measured in chromium)
+TREE_BOTTOM = {False: 180, True: 260}
 MIN_TREE_PLOT = 200  # pixels of plot a tree figure keeps under however long a title
+LINE_ROOM = 1.25  # slots of plot beyond the accepted path's line, for its labels above or below it
 TALL_TREE_HEIGHT = 900  # at most: a taller tree opens on the leaves around its accepted path, the rest a drag away
 WIDE_TREE_MARGINS = 280  # the same in a wide figure: a title of up to three lines, the axis, the legend
 # a wide figure's tree grows downwards: its leaves share about this many pixels across (a half-width plot on a
@@ -135,7 +138,7 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
     # the depths the figure opens on: a long chain (sjd-pac's) is panned to, so the branching stays legible; a
     # wide figure has room for fewer, but opens on the whole path and the token drawn after it
     reach = int(drawing.depth[-1]) if drawing.kind[-1] == "drawn" else len(it.path)
-    shown = min(top, max(WIDE_SHOWN_DEPTH, min(reach, SHOWN_DEPTH)) if wide else SHOWN_DEPTH)
+    shown = min(top, max(WIDE_SHOWN_DEPTH, min(reach, SHOWN_DEPTH[False])) if wide else SHOWN_DEPTH[large])
     shape = _asked_shape(it)
     if wide:
         height = WIDE_HEIGHT
@@ -146,14 +149,13 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
         size = 16 if large else 11
         labelled = {"head", "accepted", "drawn"}  # a slot has room for a label: a tree taller pans instead
     _draw_nodes(fig, drawing, size, labelled, palette, place, beside=wide)
-    title += _depth_axis(fig, it.start, top, shown, down=wide)
+    title += _depth_axis(fig, it.start, top, shown, down=wide, large=large)
     if wide:
         fig.update_xaxes(range=[-0.5 - WIDE_SLOT_PAD, span - 0.5 + WIDE_SLOT_PAD], visible=False)
         title += f"<br>{shape}" if shape else ""
     else:
-        height, (first, last), title = _tall_view(drawing, span, title, shape, large)
-        # every node from `first` to `last` whole, and room above the first for its label
-        fig.update_yaxes(range=[last + 0.25, first - 0.75], visible=False)
+        height, (low, high), title = _tall_view(drawing, span, title, shape, large)
+        fig.update_yaxes(range=[high, low], visible=False)
     fig.update_layout(legend=WIDE_LEGEND if wide else LEGEND_BELOW)
     fig = _finish(fig, title, height, dark, large, widths=WIDE_TITLE if wide else 1)
     return fig.update_layout(margin={"b": 150 if large else 100 if wide else TREE_BOTTOM[large]})
@@ -162,31 +164,40 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
 def _tall_view(
     drawing: _DrawnTree, span: float, title: str, shape: str, large: bool
 ) -> tuple[int, tuple[float, float], str]:
-    """A tree grown across: the figure's height, the first and last slot in view, and the title. The plot
-    gives each slot SLOT_PIXELS whatever the title takes (in large type a title of nine lines once left 16
-    px a slot, and a node hid its neighbour's label); a tree taller than TALL_TREE_HEIGHT opens on the slots
-    around its accepted path, and the title says how many of its leaves are in view."""
+    """A tree grown across: the figure's height, the y range of its plot (top, bottom), and the title.
+
+    The plot gives each slot SLOT_PIXELS whatever the title takes (in large type a title of nine lines once
+    left 16 px a slot, and a node hid its neighbour's label). Nodes sit on half slots and the range's edges a
+    quarter slot from them, so no node is cut in half, and it reaches LINE_ROOM slots beyond the accepted path's
+    line either side, for its labels above or below it. A tree taller than TALL_TREE_HEIGHT opens on the slots
+    around that line, and the title says how many of its leaves are in view."""
     slot, bottom, extra = SLOT_PIXELS[large], TREE_BOTTOM[large], LARGE_EXTRA_HEIGHT if large else 0
     parents = set(drawing.parents)  # a row is node row - 1, the head -1; the drawn token is not the tree's
     leaves = drawing.slot[[row for row, kind in enumerate(drawing.kind) if row - 1 not in parents and kind != "drawn"]]
+    line = float(drawing.slot[0])
 
     def titled(pan: str) -> tuple[str, int]:
         full = title + pan + (f"<br>{shape}" if shape else "")
         return full, title_margin(full, large)[1] + bottom - extra  # the figure's height less its plot
 
+    def edges(first: float, last: float) -> tuple[float, float]:
+        return min(first - 0.25, line - LINE_ROOM), max(last + 0.25, line + LINE_ROOM)
+
     full, outside = titled("")
-    height = max(480, outside + MIN_TREE_PLOT, min(TALL_TREE_HEIGHT, outside + slot * math.ceil(span)))
-    if (height - outside) / slot >= span:
-        return height, (0.0, span - 1), full
+    low, high = edges(0.0, span - 1)
+    height = max(480, outside + MIN_TREE_PLOT, min(TALL_TREE_HEIGHT, outside + math.ceil(slot * (high - low))))
+    if (height - outside) / slot >= high - low:
+        return height, (low, high), full
     pan = " leaves shown, around the accepted path: drag up or down"
     _, outside = titled(f"<br>{len(leaves)} of its {len(leaves)}{pan}")  # its longest
     height = max(height, outside + MIN_TREE_PLOT)
-    room = max(1.0, (height - outside) / slot)
-    first = min(max(0.0, float(drawing.slot[0]) - (room - 1) / 2), span - room)
-    last = first + room - 1
-    in_view = int(((leaves >= first - 0.5) & (leaves <= last)).sum())  # the range's edges: see tree_figure
+    # the slots of whole nodes: the plot's, less a quarter slot each side, or the line's room where it is near an end
+    room = (height - outside) / slot - 0.5 - (LINE_ROOM - 0.25)
+    first = math.floor(2 * min(max(0.0, line - (room - 1) / 2), span - room)) / 2  # on a half slot, as the nodes
+    low, high = edges(first, first + math.floor(2 * (room - 1)) / 2)
+    in_view = int(((leaves > low) & (leaves < high)).sum())
     full, _ = titled(f"<br>{in_view} of its {len(leaves)}{pan}")
-    return height, (first, last), full
+    return height, (low, high), full
 
 
 class _DrawnTree(NamedTuple):
@@ -319,7 +330,7 @@ def _label_side(drawing: _DrawnTree, row: int, beside: bool) -> str:
     return "bottom center" if before > after else "top center"
 
 
-def _depth_axis(fig: go.Figure, start: int, top: int, shown: int, down: bool = False) -> str:
+def _depth_axis(fig: go.Figure, start: int, top: int, shown: int, down: bool = False, large: bool = False) -> str:
     """The depth axis, opened on depths 0 to `shown` (`down`, a tree grown downwards: the y axis, the head on
     top); what the title adds where it hides some."""
     ticks = list(range(top + 1))
@@ -334,8 +345,8 @@ def _depth_axis(fig: go.Figure, start: int, top: int, shown: int, down: bool = F
         title = {"text": f"depth d = position {start - 1} + d", "font": {"size": WIDE_AXIS_TITLE_SIZE}}
         fig.update_yaxes(range=[shown + 0.5, -0.5], title=title, **axis)
     else:  # room for the label right of the drawn token
-        title = f"depth in the tree (depth d drafts position {start} + d - 1)"
-        fig.update_xaxes(range=[-0.5, shown + 0.9], title=title, **axis)
+        title = f"depth d = position {start - 1} + d"  # in large type a longer one was cut at both sides
+        fig.update_xaxes(range=[-0.5, shown + 0.9], title=title if large else f"depth in the tree: {title}", **axis)
     return f"<br>depths 0-{shown} of {top} shown: drag to pan along the chain" if shown < top else ""
 
 
