@@ -154,15 +154,15 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
         fig.update_xaxes(range=[-0.5 - WIDE_SLOT_PAD, span - 0.5 + WIDE_SLOT_PAD], visible=False)
         title += f"<br>{shape}" if shape else ""
     else:
-        height, (low, high), title = _tall_view(drawing, span, title, shape, large)
+        height, (low, high), title = _tall_view(drawing, span, shown, title, shape, large)
         fig.update_yaxes(range=[high, low], visible=False)
     fig.update_layout(legend=WIDE_LEGEND if wide else LEGEND_BELOW)
     fig = _finish(fig, title, height, dark, large, widths=WIDE_TITLE if wide else 1)
-    return fig.update_layout(margin={"b": 150 if large else 100 if wide else TREE_BOTTOM[large]})
+    return fig.update_layout(margin={"b": 100 if wide else TREE_BOTTOM[large]})  # large type is never wide
 
 
 def _tall_view(
-    drawing: _DrawnTree, span: float, title: str, shape: str, large: bool
+    drawing: _DrawnTree, span: float, shown: int, title: str, shape: str, large: bool
 ) -> tuple[int, tuple[float, float], str]:
     """A tree grown across: the figure's height, the y range of its plot (top, bottom), and the title.
 
@@ -173,29 +173,28 @@ def _tall_view(
     around that line, and the title says how many of its leaves are in view."""
     slot, bottom, extra = SLOT_PIXELS[large], TREE_BOTTOM[large], LARGE_EXTRA_HEIGHT if large else 0
     parents = set(drawing.parents)  # a row is node row - 1, the head -1; the drawn token is not the tree's
-    leaves = drawing.slot[[row for row, kind in enumerate(drawing.kind) if row - 1 not in parents and kind != "drawn"]]
-    line = float(drawing.slot[0])
+    rows = [row for row, kind in enumerate(drawing.kind) if row - 1 not in parents and kind != "drawn"]
+    leaves, depths, line = drawing.slot[rows], drawing.depth[rows], float(drawing.slot[0])
 
     def titled(pan: str) -> tuple[str, int]:
         full = title + pan + (f"<br>{shape}" if shape else "")
         return full, title_margin(full, large)[1] + bottom - extra  # the figure's height less its plot
 
-    def edges(first: float, last: float) -> tuple[float, float]:
-        return min(first - 0.25, line - LINE_ROOM), max(last + 0.25, line + LINE_ROOM)
-
     full, outside = titled("")
-    low, high = edges(0.0, span - 1)
+    low, high = min(-0.25, line - LINE_ROOM), max(span - 0.75, line + LINE_ROOM)  # every node whole, and the line
     height = max(480, outside + MIN_TREE_PLOT, min(TALL_TREE_HEIGHT, outside + math.ceil(slot * (high - low))))
     if (height - outside) / slot >= high - low:
         return height, (low, high), full
     pan = " leaves shown, around the accepted path: drag up or down"
     _, outside = titled(f"<br>{len(leaves)} of its {len(leaves)}{pan}")  # its longest
     height = max(height, outside + MIN_TREE_PLOT)
-    # the slots of whole nodes: the plot's, less a quarter slot each side, or the line's room where it is near an end
-    room = (height - outside) / slot - 0.5 - (LINE_ROOM - 0.25)
-    first = math.floor(2 * min(max(0.0, line - (room - 1) / 2), span - room)) / 2  # on a half slot, as the nodes
-    low, high = edges(first, first + math.floor(2 * (room - 1)) / 2)
-    in_view = int(((leaves > low) & (leaves < high)).sum())
+    # as many slots as the plot holds, centred on the line and kept within the tree's, then its edges moved in to
+    # a quarter slot from the half slots the nodes sit on
+    reach = (height - outside) / slot
+    start = min(max(line - reach / 2, low), high - reach)
+    low = math.ceil(2 * (start - 0.25)) / 2 + 0.25
+    high = math.floor(2 * (start + reach - 0.25)) / 2 + 0.25
+    in_view = int(((leaves > low) & (leaves < high) & (depths <= shown)).sum())
     full, _ = titled(f"<br>{in_view} of its {len(leaves)}{pan}")
     return height, (low, high), full
 
@@ -344,9 +343,9 @@ def _depth_axis(fig: go.Figure, start: int, top: int, shown: int, down: bool = F
         # along a plot of about 180 px: the longer wording ran past its top into the figure's title
         title = {"text": f"depth d = position {start - 1} + d", "font": {"size": WIDE_AXIS_TITLE_SIZE}}
         fig.update_yaxes(range=[shown + 0.5, -0.5], title=title, **axis)
-    else:  # room for the label right of the drawn token
+    else:  # room for the label right of the drawn token; the next depth's nodes hidden whole, not cut
         title = f"depth d = position {start - 1} + d"  # in large type a longer one was cut at both sides
-        fig.update_xaxes(range=[-0.5, shown + 0.9], title=title if large else f"depth in the tree: {title}", **axis)
+        fig.update_xaxes(range=[-0.5, shown + 0.75], title=title if large else f"depth in the tree: {title}", **axis)
     return f"<br>depths 0-{shown} of {top} shown: drag to pan along the chain" if shown < top else ""
 
 
