@@ -357,7 +357,8 @@ def tree_layout(parents: list[int], spine: list[int] | tuple[int, ...] = ()) -> 
     sits level with its parent where its column has room, else as near as the nodes before it allow, and the
     line has half a slot more room either side for its labels. Where leaves once took a slot each, with
     parents midway (a PEANUT pass's accepted path then climbed 20 leaves, its head a drag away), a depth's
-    nodes now sit near their parents: the figure is as tall as its widest depth, not its leaves."""
+    nodes now sit near their parents: a tree needs as many slots as its widest depths put either side of the
+    line (PEANUT's passes on "red apple": a median of 25 slots, where they had 32 leaves)."""
     parent_row = [-1, *(parent + 1 for parent in parents)]
     depth = np.zeros(len(parent_row), dtype=int)
     for row in range(1, len(parent_row)):
