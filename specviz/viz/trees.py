@@ -343,9 +343,12 @@ def _depth_axis(fig: go.Figure, start: int, top: int, shown: int, down: bool = F
         # along a plot of about 180 px: the longer wording ran past its top into the figure's title
         title = {"text": f"depth d = position {start - 1} + d", "font": {"size": WIDE_AXIS_TITLE_SIZE}}
         fig.update_yaxes(range=[shown + 0.5, -0.5], title=title, **axis)
-    else:  # room for the label right of the drawn token; the next depth's nodes hidden whole, not cut
+    else:
         title = f"depth d = position {start - 1} + d"  # in large type a longer one was cut at both sides
-        fig.update_xaxes(range=[-0.5, shown + 0.75], title=title if large else f"depth in the tree: {title}", **axis)
+        # room for the label right of the drawn token; where deeper depths wait a drag away, their nodes and
+        # labels stay out of the plot rather than show cut (0.9 left a sliver of the next node, and its label)
+        right = shown + (0.9 if shown == top else 0.6)
+        fig.update_xaxes(range=[-0.5, right], title=title if large else f"depth in the tree: {title}", **axis)
     return f"<br>depths 0-{shown} of {top} shown: drag to pan along the chain" if shown < top else ""
 
 
