@@ -112,9 +112,10 @@ def _position_text(trace: Trace) -> np.ndarray:
 
 def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, wide: bool = False) -> go.Figure:
     """The draft tree iteration j verified: nodes laid out by depth (each depth drafts one sequence
-    position), edges to their parents, coloured by fate, the accepted path drawn thick from the head
-    down to the token the target drew after it; hover shows each node's token, draft confidence and
-    target probability. Depth runs left to right, siblings down the figure, which grows with the leaves.
+    position), edges to their parents, coloured by fate, the accepted path drawn thick along one straight
+    line from the head to the token the target drew after it (`tree_layout`); hover shows each node's token,
+    draft confidence and target probability. Depth runs left to right, siblings down the figure, which grows
+    with the nodes its widest depths put either side of that line.
     `wide` (a 1280 x 720 projector, normal type): the tree in a short, wide figure, grown downwards
     (depth down it, siblings side by side across its width), so that a pass's candidates at each depth
     spread over the width (SJD-PAC's nine short branches at the root: stacked down a 430 px figure they
@@ -133,7 +134,7 @@ def tree_figure(trace: Trace, j: int, dark: bool = False, large: bool = False, w
     # where each row is drawn: (depth, slot) across and down, or grown downwards (slot, depth) in a wide figure
     place = (drawing.slot, drawing.depth) if wide else (drawing.depth, drawing.slot)
     _draw_branches(fig, drawing, it.path, palette, place)
-    span = float(drawing.slot.max()) + 1  # the leaves, and the room beside the accepted path
+    span = float(drawing.slot.max()) + 1  # the slots the siblings take, with the room beside the accepted path
     top = int(drawing.depth.max())
     # the depths the figure opens on: a long chain (sjd-pac's) is panned to, so the branching stays legible; a
     # wide figure has room for fewer, but opens on the whole path and the token drawn after it
@@ -339,12 +340,13 @@ def _depth_axis(fig: go.Figure, start: int, top: int, shown: int, down: bool = F
         "showgrid": False,
         "zeroline": False,
     }
+    # short: up a projector's plot of about 180 px, or across one in large type, a longer one was cut or ran
+    # into the figure's title
+    title = f"depth d = position {start - 1} + d"
     if down:
-        # along a plot of about 180 px: the longer wording ran past its top into the figure's title
-        title = {"text": f"depth d = position {start - 1} + d", "font": {"size": WIDE_AXIS_TITLE_SIZE}}
-        fig.update_yaxes(range=[shown + 0.5, -0.5], title=title, **axis)
+        small = {"text": title, "font": {"size": WIDE_AXIS_TITLE_SIZE}}
+        fig.update_yaxes(range=[shown + 0.5, -0.5], title=small, **axis)
     else:
-        title = f"depth d = position {start - 1} + d"  # in large type a longer one was cut at both sides
         # room for the label right of the drawn token; where deeper depths wait a drag away, their nodes and
         # labels stay out of the plot rather than show cut (0.9 left a sliver of the next node, and its label)
         right = shown + (0.9 if shown == top else 0.6)
