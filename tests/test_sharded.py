@@ -90,22 +90,22 @@ def test_a_failing_job_is_recorded_and_redone_on_restart(tmp_path, prompt_file, 
     real_run = sharded.run
 
     def failing(model, method, prompt, *args, **kwargs):
-        if method == "sjd" and prompt == "rocket":
+        if method == "sjd" and prompt == "red apple":
             raise RuntimeError("CUDA out of memory (a stand-in)")
         return real_run(model, method, prompt, *args, **kwargs)
 
     monkeypatch.setattr(sharded, "run", failing)
     out = tmp_path / "run"
-    assert main([*_bench(out, "--prompts", str(prompt_file), "--limit", "2")]) == 0
+    assert main([*_bench(out, "--prompts", str(prompt_file), "--limit", "1")]) == 0  # AR, then SJD fails
     printed = capsys.readouterr().out
-    assert "3 jobs done, 0 already done before (resumed), 1 failed" in printed
-    error = json.loads((out / "jobs/sjd/00001-s0.error.json").read_text())
+    assert "1 jobs done, 0 already done before (resumed), 1 failed" in printed
+    error = json.loads((out / "jobs/sjd/00000-s0.error.json").read_text())
     assert error["error"] == "RuntimeError: CUDA out of memory (a stand-in)" and "Traceback" in error["traceback"]
-    assert "- sjd on prompt 1, seed 0: `RuntimeError: CUDA out of memory (a stand-in)`" in printed
+    assert "- sjd on prompt 0, seed 0: `RuntimeError: CUDA out of memory (a stand-in)`" in printed
     monkeypatch.setattr(sharded, "run", real_run)
-    assert main([*_bench(out, "--prompts", str(prompt_file), "--limit", "2")]) == 0
-    assert "1 jobs done, 3 already done before (resumed), 0 failed" in capsys.readouterr().out
-    assert not (out / "jobs/sjd/00001-s0.error.json").exists() and (out / "jobs/sjd/00001-s0.json").exists()
+    assert main([*_bench(out, "--prompts", str(prompt_file), "--limit", "1")]) == 0
+    assert "1 jobs done, 1 already done before (resumed), 0 failed" in capsys.readouterr().out
+    assert not (out / "jobs/sjd/00000-s0.error.json").exists() and (out / "jobs/sjd/00000-s0.json").exists()
 
 
 def test_a_folder_holding_other_settings_is_refused(one_process, prompt_file, capsys):

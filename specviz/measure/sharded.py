@@ -278,7 +278,10 @@ def run_share(
     summary.resumed = sum(len(unit) for unit in mine) - len(todo)
     if todo:  # warm-up, untimed: lazy imports, the allocator, the prompt encoder
         for method in dict.fromkeys(job.method for job in todo):
-            run(model, method, todo[0].prompt, todo[0].seed, sampling, params.get(method))
+            try:
+                run(model, method, todo[0].prompt, todo[0].seed, sampling, params.get(method))
+            except Exception:  # it fails again in its own jobs, which record why and go on
+                continue
     bar = tqdm(total=len(todo), desc=launch.name, position=launch.rank, disable=not progress, leave=True)
     with bar:
         for unit in mine:
