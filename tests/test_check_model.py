@@ -66,11 +66,11 @@ def test_the_command_prints_both_sides_writes_the_grid_and_exits_by_the_verdict(
     assert "greedy vs uncached passes: match" in out and "  reference [" in out and out.count("  ours      [") == 3
     assert grid.is_file() and grid.stat().st_size > 0
 
-    from specviz.models.tiny.adapter import TinyModel
-
-    broken = drifting(TinyModel.load())
+    # a drifting model fails (a family's random-weight model: the shipped tiny's check takes 20 s more)
+    broken = drifting(FAMILIES["llamagen-c2i"].build())
     monkeypatch.setattr(cli, "load_model", lambda *args, **kwargs: broken)
-    assert cli.main(["check-model", "--model", "tiny", "--grid", str(tmp_path / "broken.png")]) == 1
+    prompt = FAMILIES["llamagen-c2i"].prompt
+    assert cli.main(["check-model", "--model", "tiny", "--prompt", prompt, "--grid", str(tmp_path / "broken.png")]) == 1
     assert "FAILED" in capsys.readouterr().out
 
 
