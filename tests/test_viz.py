@@ -508,6 +508,9 @@ def test_the_wide_window_puts_the_bars_and_legend_beside_the_grid_in_a_projector
     ]
     assert [t.xaxis for t in _window_traces(wide).values()] == ["x2"] * len(_window_traces(wide))
     assert any(a.text == "rejected" and a.xref == "x2" for a in wide.layout.annotations)
+    # the bars' title above them names the ratio: an axis title beside them sat on the grid's last column
+    assert wide.layout.yaxis2.title.text is None and stacked.layout.yaxis2.title.text == "ratio"
+    assert any(a.text.startswith("ratio min(1") and a.yref == "paper" for a in wide.layout.annotations)
     assert window_figure(sjd, j, large=True, wide=True).layout.height == window_figure(sjd, j, large=True).layout.height
 
 

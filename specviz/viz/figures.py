@@ -499,7 +499,9 @@ def _window_axes(fig: go.Figure, g: TraceGeometry, width: int, wide: bool, bars:
         showticklabels=bool(width),
         title=OFFSET_TITLE if width and not wide else None,  # wide: the bars' own title says per draft
     )
-    fig.update_yaxes(zeroline=False, **bars, range=[-1.4 * STRIP, 1.05], tickvals=[0, 0.5, 1], title="ratio")
+    # wide: the bars' title above them names the ratio; an axis title beside them sat on the grid's last column
+    ratio = None if wide else "ratio"
+    fig.update_yaxes(zeroline=False, **bars, range=[-1.4 * STRIP, 1.05], tickvals=[0, 0.5, 1], title=ratio)
 
 
 def _say_no_drafts(fig: go.Figure, kind: str, width: int) -> None:
