@@ -275,7 +275,7 @@ def test_acceptance_map_figure(trace):
         fig = acceptance_map_figure(trace, kind, dark=True)
         (heatmap,) = fig.data
         assert np.array_equal(np.asarray(heatmap.z), acceptance_maps(trace)[kind], equal_nan=True)
-        assert heatmap.colorbar.title.text == kind.replace("_", " ")
+        assert heatmap.colorbar.title.text == {"redraws": "times drafted"}.get(kind, kind.replace("_", " "))
         assert fig.layout.yaxis.range[0] > fig.layout.yaxis.range[1]  # row 0 at the top
         assert fig.layout.yaxis.scaleanchor == "x"
         assert fig.layout.paper_bgcolor == "#111111"

@@ -70,6 +70,7 @@ MAP_TITLES = {
     "run_length": "tokens committed together with each cell",
     "redraws": "times each cell was drafted before it was fixed",
 }
+MAP_KEYS = {"iteration": "iteration", "run_length": "run length", "redraws": "times drafted"}  # colour bar, hover
 
 
 def _finish(fig: go.Figure, title: str, height: int, dark: bool, large: bool, widths: float = 1) -> go.Figure:
@@ -544,8 +545,8 @@ def acceptance_map_figure(trace: Trace, kind: str, dark: bool = False, large: bo
         go.Heatmap(
             z=values,
             colorscale="Cividis",
-            colorbar={"title": {"text": kind.replace("_", " ")}},
-            hovertemplate=f"row %{{y}}, column %{{x}}<br>{kind.replace('_', ' ')} %{{z}}<extra></extra>",
+            colorbar={"title": {"text": MAP_KEYS[kind]}},
+            hovertemplate=f"row %{{y}}, column %{{x}}<br>{MAP_KEYS[kind]} %{{z}}<extra></extra>",
             xgap=1,
             ygap=1,
         )
