@@ -302,17 +302,17 @@ FIRST_SCREEN = """return ['method-image', 'ar-image', 'race-bars', 'method-count
 
 
 @pytest.mark.parametrize("large", [False, True], ids=["normal type", "large type"])
-def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_race(server, browser, large, untimed):
-    """At 1280 x 720 the page opens in the projector layout: the side panel is hidden, and the two pictures,
-    the caption under the method's, the bars and the verdict are on the first screen during the race and
-    after it, in normal and in large type."""
+def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_race(server, browser, large, monkeypatch):
+    """A 1280 x 577 page (a 1280 x 720 browser window) opens in the projector layout: the side panel is
+    hidden, and the two pictures, the caption under the method's, the bars and the verdict are on the first
+    screen during the race and after it, in normal and in large type: the verdict as it ends, timed again with
+    its spread (large type's ended at 609 px; a 1280 x 720 page and the untimed verdict hid it)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser.set_window_size(1280, 720)
-    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
-    browser.set_window_size(2560 - inner[0], 1440 - inner[1])  # the page itself 1280 x 720
+    monkeypatch.setenv("SPECVIZ_TIMINGS", "2")  # the verdict in its longest form, with its spread over two timings
+    _page_of(browser, 1280, 577)
     browser.get(server)
     button = WebDriverWait(browser, 60).until(expected_conditions.element_to_be_clickable((By.ID, "preset-zipar")))
     projector = "return document.body.classList.contains('specviz-projector')"
@@ -331,7 +331,7 @@ def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_ra
     after = browser.execute_script(FIRST_SCREEN)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SCREENSHOTS / f"projector-{'large' if large else 'normal'}.png"))
-    print(f"1280 x 720, {'large' if large else 'normal'} type: bottoms during {during}, after {after}")
+    print(f"1280 x 577, {'large' if large else 'normal'} type: bottoms during {during}, after {after}")
     assert during is not None and all(0 < bottom <= height for bottom in during), during
     assert all(bottom is not None and 0 < bottom <= height for bottom in after), after
 

@@ -62,6 +62,11 @@ body.specviz-projector.specviz-large #method-image, body.specviz-projector.specv
   height: 260px !important;
 }
 body.specviz-projector #race-speed { padding: 0; }
+/* large type there: the bars closer and the verdict a little smaller, so its four lines end within 577 px (they
+   ended at 609, cut after "(1.29-") */
+body.specviz-projector.specviz-large .race-bars-title { margin-top: 0; line-height: 1.2; }
+body.specviz-projector.specviz-large .race-bar { gap: 2px 8px; line-height: 1.2; }
+body.specviz-projector.specviz-large #race-summary h3 { font-size: 22px; line-height: 1.2; }
 body.specviz-projector #race-summary h3 { margin: 0.2em 0; }
 body.specviz-projector #race-summary p { font-size: var(--text-sm); margin: 0; }
 /* Inspect on a projector: the sentence, the step and jump buttons, then the window (or tree) and the image, so
