@@ -305,14 +305,17 @@ def test_slow_motion_shows_ar_moving_after_the_method_is_done(monkeypatch):
     monkeypatch.setattr(race_tab, "needs_retiming", lambda model: False)
     controls = {**own_parameters("sjd"), "window": 16, "init": "repeat-above"}
     request = RunRequest("tiny", "sjd", "blue square", 0, SamplingSettings(), controls)
-    method_done, ar_after = False, []
+    method_done, ar_after, method_image = False, [], None
     for frame in race_tab.race_frames(request, slow=True, opens_on=None):
         if "runs" in frame:  # the finished race
             break
         if method_done and frame.get("ar_counter"):  # frames after the method's last
             ar_after.append(int(re.search(r"(\d+)/256 tokens", frame["ar_counter"]).group(1)))
         method_done = method_done or "256/256 tokens" in (frame.get("method_counter") or "")
+        method_image = frame.get("method_image", method_image)
     assert method_done and len([n for n in ar_after if n < 256]) >= 10, ar_after  # one frame a pass here
+    # while AR runs on, the method's complete picture is clean: its last pass's outlines are gone
+    assert np.array_equal(np.asarray(method_image), np.asarray(frame["method_image"]))
 
 
 def test_a_race_waits_for_inspects_views_only_on_a_page_opened_in_a_browser(monkeypatch):

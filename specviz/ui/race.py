@@ -377,7 +377,7 @@ class LiveRace:
     def __init__(self, model: ImageModel, contest: Race):
         self.model, self.contest = model, contest
         self.total = contest.baseline.session.geometry.seq_len  # the bars' scale of passes: AR's for the image
-        self._shown: dict[RunStream, int] = {}  # the tokens each side had at its last frame
+        self._shown: dict[RunStream, tuple[int, bool]] = {}  # each side's tokens at its last frame, and if at work
 
     def frames(self, deadline: Deadline, slow: bool) -> Iterator[dict[str, object]]:
         """The race stepped to its end: a frame every FRAME_INTERVAL at most, and in slow motion after every
@@ -405,11 +405,13 @@ class LiveRace:
 
     def side(self, stream: RunStream, name: str) -> dict:
         """One side's image and counter (`{name}_image`, `{name}_counter`), where it has moved since the last
-        frame."""
-        if self._shown.get(stream) == len(stream.tokens):
+        frame. The method's picture shows its newest pass at work until its image is complete, then clean while
+        AR runs on (its last pass's outlines stood there until AR finished)."""
+        at_work = stream is self.contest.contender and stream in self.contest.running
+        if self._shown.get(stream) == (len(stream.tokens), at_work):
             return {}
-        self._shown[stream] = len(stream.tokens)
-        if stream is self.contest.contender and stream.iterations:  # its newest pass drawn on its picture
+        self._shown[stream] = (len(stream.tokens), at_work)
+        if at_work and stream.iterations:  # its newest pass drawn on its picture
             return contender_view(self.model, stream.trace(), live_counter(stream), "live")
         description = f"{stream.method}: {len(stream.tokens)} tokens, live"
         image = picture(self.model, stream.decodable, description, stream.order)
