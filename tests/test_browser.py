@@ -320,6 +320,10 @@ def test_a_projector_screen_opens_in_the_projector_layout_and_holds_the_whole_ra
     assert not browser.find_element(By.ID, "side-panel").is_displayed()
     if large:
         browser.execute_script("document.body.classList.add('specviz-large')")
+    switch = "const box = s => document.querySelector(s).getBoundingClientRect(); "
+    switch += "return [box('#projector .label-text').right, box('#projector').right]"
+    label_right, switch_right = browser.execute_script(switch)
+    assert label_right <= switch_right, (label_right, switch_right)  # "Projector layout" whole (large: cut)
     height = browser.execute_script("return window.innerHeight")
     button.click()
     pressed = time.perf_counter()

@@ -49,6 +49,10 @@ CSS = """
 /* the step and jump buttons keep their labels on one line (in large type they wrapped in two) */
 #inspect-steps button { white-space: nowrap; flex: none; }
 #projector { min-width: 10em; align-self: center; }
+/* large type: the presets a little closer, so the Projector layout switch keeps its label whole (it was shrunk
+   below its words and cut after "Projecto") */
+body.specviz-large #presets { gap: 8px; }
+body.specviz-large #projector { min-width: min-content !important; }
 /* Compare's table in large type: a size at which each header's longest word fits its column on 1280 px */
 body.specviz-large #compare-table { --input-text-size: 16px; }
 /* the projector layout: one 1280 x 720 screen holds the pictures, the bars, the caption and the verdict */
